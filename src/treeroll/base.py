@@ -1,0 +1,234 @@
+"""Every extension point of treeroll, declared in one place.
+
+treeroll has five kinds of plug-in. Each is a ``typing.Protocol`` (or a ``Callable`` alias) over
+small typed records, so the rollout engine and the trainer never branch on a plug-in's name:
+
+* :class:`Env` -- a text environment that can be forked (``reset`` / ``step`` / ``fork``).
+* :class:`GenerationBackend` -- continues many exact token prefixes at once (token-in/token-out).
+* :class:`Strategy` -- decides where a rollout tree branches, continues and stops.
+* :class:`ProcessScorer` -- scores a partial trajectory in ``[0, 1]`` (PATR's process feedback).
+* :data:`AdvantageEstimator` -- turns the leaves of one tree (one task's group) into advantages.
+
+Required inputs are positional, hyper-parameters keyword-only; bind hyper-parameters with
+``functools.partial`` or the component's config dataclass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from treeroll.tree import Node, RolloutTree
+
+__all__ = [
+    "AdvantageEstimator",
+    "Completion",
+    "Env",
+    "GenerationBackend",
+    "GenerationRequest",
+    "ProcessScorer",
+    "SamplingParams",
+    "Score",
+    "StepResult",
+    "Strategy",
+    "StrategyContext",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Environments
+# --------------------------------------------------------------------------------------------
+
+StepResult = tuple[str, float, bool, bool, dict[str, Any]]
+"""``(observation, reward, terminated, truncated, info)`` as in Gymnasium, observation as text."""
+
+
+@runtime_checkable
+class Env(Protocol):
+    """A multi-turn text environment whose state can be copied.
+
+    Invariants every implementation keeps (``treeroll.envs.check_env`` tests them):
+
+    * ``reset(seed)`` is deterministic in ``seed`` and returns the first observation text;
+    * ``step(action_text)`` never raises on malformed model text: an unparsable reply is an
+      invalid action with the environment's penalty, reported in ``info["format_error"]``;
+    * ``fork()`` returns an independent copy that continues exactly as the original would
+      (random number generators included): stepping the copy never changes the original;
+    * ``info["success"]`` (bool) is set on the step that ends an episode.
+    """
+
+    system_prompt: str
+    """Instructions shown once before the first observation (may be empty)."""
+
+    def reset(self, seed: int) -> str:
+        """Start the task identified by ``seed``; return the first observation text."""
+        ...
+
+    def step(self, action: str) -> StepResult:
+        """Apply one model reply; return ``(observation, reward, terminated, truncated, info)``."""
+        ...
+
+    def fork(self) -> Env:
+        """Return an independent copy that continues exactly as this environment would."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------
+# Generation backends
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample continuations. One value for a whole batch of requests."""
+
+    temperature: float = 1.0
+    """Softmax temperature; 0 means greedy decoding."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold (1.0 disables it)."""
+    max_new_tokens: int = 64
+    """Upper bound on tokens generated per request (requests may lower it further)."""
+    stop_token_ids: tuple[int, ...] = ()
+    """Generation of a request ends after it samples one of these ids (the id is kept)."""
+    entropy_window: int = 0
+    """If > 0, report the mean entropy of the first ``entropy_window`` sampled positions (ARPO)."""
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """Continue exactly this token prefix (token-in)."""
+
+    prompt_ids: tuple[int, ...]
+    max_new_tokens: int | None = None
+    """Per-request cap, e.g. what is left of a token budget; ``None`` uses the batch's."""
+    seed: int | None = None
+    """Seeds this request's own sampler: its tokens do not depend on the rest of the batch."""
+
+
+@dataclass
+class Completion:
+    """What a backend sampled for one request (token-out), with its cost."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    """Log-probability of each sampled id under the sampling distribution."""
+    finish_reason: str
+    """``"stop"`` (a stop id was sampled) or ``"length"`` (hit ``max_new_tokens``)."""
+    prefill_tokens: int = 0
+    """Prompt tokens this request made the backend compute (not served from a cache)."""
+    cached_tokens: int = 0
+    """Prompt tokens served from the backend's prefix cache."""
+    entropy: float | None = None
+    """Mean normalised entropy over the first ``entropy_window`` positions, when asked for."""
+
+
+@runtime_checkable
+class GenerationBackend(Protocol):
+    """Continues many exact token prefixes at once and reports what that cost.
+
+    Implementations reuse work on shared prefixes (a KV-cache trie in the transformers
+    backend, automatic prefix caching in vLLM, RadixAttention in SGLang). They must count
+    honestly: ``prefill_tokens`` are prompt tokens actually forwarded for this request,
+    ``cached_tokens`` those served from a cache, so the two add up to ``len(prompt_ids)``
+    (a request whose prompt is entirely cached still forwards its last token).
+    """
+
+    def generate(
+        self, requests: Sequence[GenerationRequest], params: SamplingParams
+    ) -> list[Completion]:
+        """Sample one continuation per request, batched; results in request order."""
+        ...
+
+    def reset_cache(self) -> None:
+        """Forget every cached prefix (call after a weight update)."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------
+# Process scorers
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Score:
+    """A process score in ``[0, 1]`` (higher = more promising) and a short human reason."""
+
+    value: float
+    reason: str
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.value <= 1.0:
+            raise ValueError(f"a process score must lie in [0, 1], got {self.value}")
+
+
+@runtime_checkable
+class ProcessScorer(Protocol):
+    """Scores partial trajectories. Called with all nodes to score at once (batched)."""
+
+    def __call__(self, tree: RolloutTree, nodes: Sequence[Node]) -> list[Score]:
+        """Return one :class:`Score` per node, in order."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------
+# Rollout strategies
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StrategyContext:
+    """What a strategy may look at besides the tree: the budget left and a seeded RNG."""
+
+    rng: np.random.Generator
+    max_leaves: int | None
+    """Leaves this tree may still end with (``None`` = unlimited)."""
+    tokens_left: int | None
+    """Generated tokens this tree may still spend (``None`` = unlimited)."""
+    scorer: ProcessScorer | None = None
+    state: dict[str, Any] = field(default_factory=dict)
+    """Per-tree scratch space owned by the strategy (e.g. rounds done so far)."""
+
+
+@runtime_checkable
+class Strategy(Protocol):
+    """Decides where one task's tree grows.
+
+    The rollout engine keeps a *frontier*: a list of nodes to extend by one turn each. Listing
+    a node ``k`` times samples ``k`` children from it (a branch point); leaving an active node
+    out stops it (the strategy records why in ``node.status``). The engine batches the
+    frontiers of every tree in a batch into one backend call per turn, enforces the budget,
+    and stops a tree when its frontier is empty.
+    """
+
+    revisits_nodes: bool
+    """True if the strategy may later branch from any node (then every node keeps a forked
+    environment snapshot); False if it only extends the nodes it just created."""
+
+    def start(self, tree: RolloutTree, ctx: StrategyContext) -> list[Node]:
+        """Return the first frontier (usually the root, several times)."""
+        ...
+
+    def step(self, tree: RolloutTree, created: list[Node], ctx: StrategyContext) -> list[Node]:
+        """Given the children created by the last turn, return the next frontier."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------
+# Advantage estimators
+# --------------------------------------------------------------------------------------------
+
+AdvantageEstimator = Callable[["RolloutTree"], np.ndarray]
+"""Maps one task's tree (its leaves are the group) to one advantage per leaf, in the order of
+``treeroll.tree.leaves(tree)``; shape ``[num_leaves]``. Hyper-parameters are keyword-only."""

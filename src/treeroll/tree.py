@@ -1,0 +1,393 @@
+"""The rollout tree: turns are nodes, trajectories are root-to-leaf paths.
+
+A :class:`Node` is one turn: the model's action tokens (as sampled, with their sampling
+logprobs) followed by the environment's observation tokens. The root holds the task's prompt
+(system prompt + first observation) as its observation and no action. A trajectory is the
+path from the root to a leaf; its token sequence is the concatenation of the path's tokens,
+so every prefix shared by several leaves is stored once.
+
+Token-in/token-out: the ids stored here are exactly the ids the backend sampled or was fed.
+:func:`context_ids` rebuilds a node's model context by concatenation, never by decoding and
+re-encoding text.
+
+Algorithms over trees (export, accounting, JSON) are functions in this module, not methods.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from treeroll.base import Env
+
+__all__ = [
+    "Node",
+    "NodeStatus",
+    "RolloutTree",
+    "TokenCounts",
+    "Trajectory",
+    "context_ids",
+    "export_trajectories",
+    "iter_nodes",
+    "leaves",
+    "load_tree",
+    "path_to",
+    "save_tree",
+    "token_counts",
+    "tree_from_dict",
+    "tree_to_dict",
+]
+
+
+class NodeStatus:
+    """Why a node was expanded or stopped (sentinels stored in :attr:`Node.status`)."""
+
+    ACTIVE = "active"  # on the frontier, will be extended
+    EXPANDED = "expanded"  # has children (branch point if more than one)
+    KEPT = "kept"  # PATR: survived a scoring round unchanged
+    TERMINAL = "terminal"  # the environment ended the episode (goal, hole, submit)
+    TRUNCATED = "truncated"  # the environment's step / turn limit ended it
+    PRUNED = "pruned"  # a strategy stopped it early (score or repetition)
+    BUDGET = "budget"  # the token or leaf budget ran out while it was active
+    DROPPED = "dropped"  # pruned and excluded from the group (PATR option)
+    STOPPED = frozenset({TERMINAL, TRUNCATED, PRUNED, BUDGET, DROPPED})
+
+
+@dataclass(eq=False)
+class Node:
+    """One turn of a rollout tree.
+
+    Invariants: ``len(action_ids) == len(action_logprobs)``; the root has ``parent is None``,
+    ``depth == 0`` and no action; ``depth == parent.depth + 1`` otherwise; ``reward`` is the
+    environment reward of this turn only (a trajectory's reward is the sum along its path).
+    """
+
+    id: int
+    parent: Node | None
+    depth: int
+    action_ids: list[int] = field(default_factory=list)
+    action_logprobs: list[float] = field(default_factory=list)
+    action_text: str = ""
+    observation_ids: list[int] = field(default_factory=list)
+    observation_text: str = ""
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+    children: list[Node] = field(default_factory=list)
+    status: str = NodeStatus.ACTIVE
+    note: str = ""
+    """Free text: why the node was expanded, kept or stopped (e.g. the prune rule that fired)."""
+    score: float | None = None
+    """Process score in [0, 1] when a scorer looked at this node."""
+    score_reason: str = ""
+    finish_reason: str = ""
+    """The backend's finish reason for this node's action (``stop`` / ``length``)."""
+    entropy: float | None = None
+    env: Env | None = field(default=None, repr=False)
+    """The environment as it stands after this node's observation (to branch from); dropped
+    once no strategy can branch here any more. Never serialised."""
+
+    @property
+    def ended(self) -> bool:
+        """True when the environment ended the episode at this node."""
+        return self.terminated or self.truncated
+
+    @property
+    def is_leaf(self) -> bool:
+        """True when the node has no children."""
+        return not self.children
+
+
+@dataclass(eq=False)
+class RolloutTree:
+    """All trajectories sampled for one task: ``root`` and every node below it."""
+
+    task_seed: int
+    tree_id: int
+    group_id: int
+    root: Node
+    nodes: list[Node] = field(default_factory=list)
+    """Every node, in creation order (``nodes[0] is root``); ``nodes[i].id == i``."""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """Strategy name, budget, backend accounting, scorer cost, ..."""
+
+    @classmethod
+    def new(
+        cls, task_seed: int, tree_id: int, group_id: int, prompt_ids: list[int], prompt_text: str
+    ) -> RolloutTree:
+        """Make a tree holding only its root (the task prompt)."""
+        root = Node(id=0, parent=None, depth=0, observation_ids=list(prompt_ids),
+                    observation_text=prompt_text)
+        return cls(task_seed=task_seed, tree_id=tree_id, group_id=group_id, root=root, nodes=[root])
+
+    def add_child(self, parent: Node, **fields: Any) -> Node:
+        """Append a child to ``parent`` and return it."""
+        child = Node(id=len(self.nodes), parent=parent, depth=parent.depth + 1, **fields)
+        parent.children.append(child)
+        self.nodes.append(child)
+        return child
+
+
+def iter_nodes(tree: RolloutTree) -> Iterator[Node]:
+    """All nodes in creation order."""
+    return iter(tree.nodes)
+
+
+def leaves(tree: RolloutTree) -> list[Node]:
+    """The group: every leaf except those dropped from it, in creation order.
+
+    The root is never a leaf of the group (a tree that generated nothing has no trajectory).
+    """
+    return [n for n in tree.nodes if n.is_leaf and n.parent is not None
+            and n.status != NodeStatus.DROPPED]
+
+
+def path_to(node: Node) -> list[Node]:
+    """Nodes from the root to ``node``, both included."""
+    path = []
+    current: Node | None = node
+    while current is not None:
+        path.append(current)
+        current = current.parent
+    return path[::-1]
+
+
+def context_ids(node: Node) -> list[int]:
+    """The exact token context the model continues from at ``node`` (root prompt, then each
+    turn's action and observation along the path)."""
+    ids: list[int] = []
+    for n in path_to(node):
+        ids.extend(n.action_ids)
+        ids.extend(n.observation_ids)
+    return ids
+
+
+@dataclass
+class Trajectory:
+    """One leaf's root-to-leaf path, flattened for a trainer (TRL / verl field names).
+
+    ``response_mask[i]`` is 1 for a model-generated token and 0 for an environment token;
+    ``response_logprobs[i]`` is the sampling logprob for model tokens and 0.0 otherwise. The
+    leaf's own trailing observation is not included (no model decision reads it).
+    """
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    response_logprobs: list[float]
+    reward: float
+    group_id: int
+    tree_id: int
+    node_path: list[int]
+    leaf_status: str
+    success: bool
+    num_turns: int
+
+
+def export_trajectories(tree: RolloutTree) -> list[Trajectory]:
+    """One :class:`Trajectory` per leaf of the group, in :func:`leaves` order."""
+    out = []
+    for leaf in leaves(tree):
+        path = path_to(leaf)
+        response: list[int] = []
+        mask: list[int] = []
+        logprobs: list[float] = []
+        for n in path[1:]:
+            response.extend(n.action_ids)
+            mask.extend([1] * len(n.action_ids))
+            logprobs.extend(n.action_logprobs)
+            if n is not leaf:
+                response.extend(n.observation_ids)
+                mask.extend([0] * len(n.observation_ids))
+                logprobs.extend([0.0] * len(n.observation_ids))
+        out.append(Trajectory(
+            prompt_ids=list(tree.root.observation_ids),
+            response_ids=response,
+            response_mask=mask,
+            response_logprobs=logprobs,
+            reward=sum(n.reward for n in path),
+            group_id=tree.group_id,
+            tree_id=tree.tree_id,
+            node_path=[n.id for n in path],
+            leaf_status=leaf.status,
+            success=bool(leaf.info.get("success", False)),
+            num_turns=len(path) - 1,
+        ))
+    return out
+
+
+def trajectory_reward(leaf: Node) -> float:
+    """Sum of the turn rewards from the root to ``leaf``."""
+    return sum(n.reward for n in path_to(leaf))
+
+
+# --------------------------------------------------------------------------------------------
+# Accounting
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TokenCounts:
+    """Token accounting of a tree (or a sum of trees), and of the equivalent independent chains.
+
+    ``generated``: tokens decoded; ``prefill``: prompt/observation tokens the backend actually
+    forwarded; ``cached``: prompt tokens served from a prefix cache; ``unique``: tokens of the
+    trie (every token that enters some model context, counted once; the lower bound of
+    computation). ``chain_*``: the same leaves sampled as independent chains, each paying for
+    its whole path (with the usual multi-turn KV reuse inside one chain, none across chains).
+    """
+
+    generated: int = 0
+    prefill: int = 0
+    cached: int = 0
+    unique: int = 0
+    leaves: int = 0
+    env_steps: int = 0
+    chain_generated: int = 0
+    chain_prefill: int = 0
+    chain_unique: int = 0
+
+    @property
+    def computed(self) -> int:
+        """Tokens the backend computed: prefilled plus generated."""
+        return self.prefill + self.generated
+
+    @property
+    def computed_over_unique(self) -> float:
+        """Redundancy of generation: 1.0 means every unique token computed exactly once."""
+        return self.computed / max(self.unique, 1)
+
+    @property
+    def saved_tokens(self) -> int:
+        """Tokens the independent chains would have computed beyond this tree."""
+        return self.chain_generated + self.chain_prefill - self.computed
+
+    def __add__(self, other: TokenCounts) -> TokenCounts:
+        return TokenCounts(**{k: getattr(self, k) + getattr(other, k)
+                              for k in self.__dataclass_fields__})
+
+    def as_dict(self) -> dict[str, float]:
+        """Plain dict with the derived ratios, for logging."""
+        d: dict[str, float] = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["computed"] = self.computed
+        d["computed_over_unique"] = self.computed_over_unique
+        d["saved_tokens"] = self.saved_tokens
+        return d
+
+
+def token_counts(tree: RolloutTree) -> TokenCounts:
+    """Accounting of one tree from what its nodes recorded (``node.info['cost']``)."""
+    counts = TokenCounts()
+    group = leaves(tree)
+    counts.leaves = len(group)
+    counts.unique = len(tree.root.observation_ids)
+    for node in tree.nodes[1:]:
+        cost = node.info.get("cost", {})
+        counts.generated += len(node.action_ids)
+        counts.prefill += int(cost.get("prefill", 0))
+        counts.cached += int(cost.get("cached", 0))
+        counts.env_steps += 1
+        counts.unique += len(node.action_ids) + (0 if node.is_leaf else len(node.observation_ids))
+    for leaf in group:
+        path = path_to(leaf)
+        generated = sum(len(n.action_ids) for n in path)
+        fed = len(tree.root.observation_ids) + sum(len(n.observation_ids) for n in path[1:-1])
+        counts.chain_generated += generated
+        counts.chain_prefill += fed
+        counts.chain_unique += generated + fed
+    return counts
+
+
+# --------------------------------------------------------------------------------------------
+# JSON
+# --------------------------------------------------------------------------------------------
+
+_NODE_FIELDS = ("id", "depth", "action_ids", "action_logprobs", "action_text", "observation_ids",
+                "observation_text", "reward", "terminated", "truncated", "status", "note",
+                "score", "score_reason", "finish_reason", "entropy")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+def tree_to_dict(tree: RolloutTree) -> dict[str, Any]:
+    """A JSON-ready dict of the tree (environment snapshots are not saved)."""
+    nodes = []
+    for n in tree.nodes:
+        d = {k: getattr(n, k) for k in _NODE_FIELDS}
+        d["parent"] = None if n.parent is None else n.parent.id
+        d["info"] = _jsonable(n.info)
+        nodes.append(d)
+    return {
+        "format": "treeroll.tree/1",
+        "task_seed": tree.task_seed,
+        "tree_id": tree.tree_id,
+        "group_id": tree.group_id,
+        "meta": _jsonable(tree.meta),
+        "counts": token_counts(tree).as_dict(),
+        "nodes": nodes,
+    }
+
+
+def tree_from_dict(data: dict[str, Any]) -> RolloutTree:
+    """Inverse of :func:`tree_to_dict`."""
+    if data.get("format") != "treeroll.tree/1":
+        raise ValueError("not a treeroll tree file (missing format 'treeroll.tree/1'); "
+                         "write one with `treeroll rollout --out FILE`")
+    nodes: list[Node] = []
+    for d in data["nodes"]:
+        parent = None if d["parent"] is None else nodes[d["parent"]]
+        node = Node(parent=parent, info=d.get("info", {}),
+                    **{k: d[k] for k in _NODE_FIELDS if k in d})
+        if parent is not None:
+            parent.children.append(node)
+        nodes.append(node)
+    return RolloutTree(task_seed=data["task_seed"], tree_id=data["tree_id"],
+                       group_id=data["group_id"], root=nodes[0], nodes=nodes,
+                       meta=data.get("meta", {}))
+
+
+def save_tree(tree: RolloutTree, path: str | Path) -> None:
+    """Write the tree as JSON (atomically: a crash never leaves half a file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(tree_to_dict(tree)))
+    tmp.replace(path)
+
+
+def load_tree(path: str | Path) -> RolloutTree:
+    """Read a tree written by :func:`save_tree`."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no tree file at {path}") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); is it a treeroll tree file?") from None
+    return tree_from_dict(data)
+
+
+def subtree_index(tree: RolloutTree, node: Node) -> int:
+    """Which first-level branch (Tree-GRPO's "tree" among the M per task) ``node`` lies in."""
+    path = path_to(node)
+    if len(path) < 2:
+        return -1
+    return tree.root.children.index(path[1])
+
+
+def leaf_rewards(tree: RolloutTree, group: Sequence[Node] | None = None) -> list[float]:
+    """Trajectory rewards of the group's leaves, in :func:`leaves` order."""
+    return [trajectory_reward(leaf) for leaf in (group if group is not None else leaves(tree))]
