@@ -1,0 +1,355 @@
+"""The embedded generation backend: a Hugging Face causal LM with a KV-cache trie.
+
+Every sequence the backend has run leaves its keys and values in a radix trie keyed by token
+ids (the same idea as SGLang's RadixAttention, at token granularity, on the CPU). A request
+continues the longest cached prefix of its prompt; only the rest is forwarded. A tree rollout
+therefore prefills a shared prefix once: the children of a node find their parent's context in
+the trie, and requests with identical prompts in one batch share a single prefill.
+
+All active requests of a call are decoded as one padded batch (sequential decoding gains
+nothing on a CPU): cached prefixes are left-padded to a common length, new tokens are
+left-padded too, the attention mask hides the padding, and explicit position ids keep each
+row's positions contiguous. Rows are dropped from the batch as they finish.
+
+The trie stores KV for every token but the last one of each sequence it saw: a prompt's last
+token is always fed again, so that its logits exist (a cache that already covers all of
+``input_ids`` is otherwise silently re-read by transformers 5.2x).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from treeroll.base import Completion, GenerationRequest, SamplingParams
+
+__all__ = ["HFBackend", "KVTrie"]
+
+KV = list[tuple[torch.Tensor, torch.Tensor]]
+"""Per layer ``(keys, values)``, each ``[heads, tokens, head_dim]``."""
+
+
+@dataclass(eq=False)
+class _TrieNode:
+    tokens: tuple[int, ...]
+    kv: KV
+    parent: _TrieNode | None
+    children: dict[int, _TrieNode] = field(default_factory=dict)
+    last_used: float = 0.0
+
+
+class KVTrie:
+    """A radix trie of token ids whose edges hold the KV tensors of their tokens.
+
+    Each token's keys and values are stored once, however many sequences share it.
+    ``max_tokens`` bounds the stored tokens; least recently used leaves are evicted first.
+    """
+
+    def __init__(self, max_tokens: int = 2_000_000) -> None:
+        self.root = _TrieNode(tokens=(), kv=[], parent=None)
+        self.max_tokens = max_tokens
+        self.num_tokens = 0
+
+    def match(self, ids: Sequence[int]) -> tuple[int, KV]:
+        """Longest cached prefix of ``ids``: its length and its KV (concatenated per layer)."""
+        node, pos = self.root, 0
+        pieces: list[KV] = []
+        now = time.monotonic()
+        while pos < len(ids):
+            child = node.children.get(ids[pos])
+            if child is None:
+                break
+            common = _common_length(child.tokens, ids, pos)
+            child.last_used = now
+            if common < len(child.tokens):
+                pieces.append([(k[:, :common], v[:, :common]) for k, v in child.kv])
+                pos += common
+                break
+            pieces.append(child.kv)
+            pos += common
+            node = child
+        if not pieces:
+            return 0, []
+        if len(pieces) == 1:
+            return pos, pieces[0]
+        layers = len(pieces[0])
+        kv = [(torch.cat([p[layer][0] for p in pieces], dim=1),
+               torch.cat([p[layer][1] for p in pieces], dim=1)) for layer in range(layers)]
+        return pos, kv
+
+    def insert(self, ids: Sequence[int], kv: KV) -> None:
+        """Store ``ids`` whose KV (every position of ``ids``) is ``kv``; shared parts once."""
+        node, pos = self.root, 0
+        now = time.monotonic()
+        while pos < len(ids):
+            child = node.children.get(ids[pos])
+            if child is None:
+                break
+            common = _common_length(child.tokens, ids, pos)
+            child.last_used = now
+            if common < len(child.tokens):
+                child = self._split(child, common)
+            pos += common
+            node = child
+        if pos < len(ids):
+            new = _TrieNode(tokens=tuple(ids[pos:]),
+                            kv=[(k[:, pos:].clone(), v[:, pos:].clone()) for k, v in kv],
+                            parent=node, last_used=now)
+            node.children[ids[pos]] = new
+            self.num_tokens += len(new.tokens)
+        if self.num_tokens > self.max_tokens:
+            self._evict()
+
+    def _split(self, child: _TrieNode, at: int) -> _TrieNode:
+        parent = child.parent
+        assert parent is not None
+        middle = _TrieNode(tokens=child.tokens[:at], parent=parent, last_used=child.last_used,
+                           kv=[(k[:, :at], v[:, :at]) for k, v in child.kv])
+        child.tokens = child.tokens[at:]
+        child.kv = [(k[:, at:], v[:, at:]) for k, v in child.kv]
+        child.parent = middle
+        middle.children[child.tokens[0]] = child
+        parent.children[middle.tokens[0]] = middle
+        return middle
+
+    def _evict(self) -> None:
+        leaves = []
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children.values())
+            if not node.children and node is not self.root:
+                leaves.append(node)
+        leaves.sort(key=lambda n: n.last_used)
+        target = self.max_tokens * 3 // 4
+        for leaf in leaves:
+            if self.num_tokens <= target:
+                break
+            assert leaf.parent is not None
+            del leaf.parent.children[leaf.tokens[0]]
+            self.num_tokens -= len(leaf.tokens)
+
+    def clear(self) -> None:
+        """Drop everything."""
+        self.root = _TrieNode(tokens=(), kv=[], parent=None)
+        self.num_tokens = 0
+
+
+def _common_length(edge: tuple[int, ...], ids: Sequence[int], start: int) -> int:
+    n = min(len(edge), len(ids) - start)
+    i = 0
+    while i < n and edge[i] == ids[start + i]:
+        i += 1
+    return i
+
+
+@dataclass
+class _Row:
+    """One request being decoded."""
+
+    index: int  # position in the caller's request list
+    prompt: tuple[int, ...]
+    max_new: int
+    generator: torch.Generator | None
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
+    prefill: int = 0
+    cached: int = 0
+    finish: str = ""
+
+
+class HFBackend:
+    """Generation with a transformers causal LM on the CPU (or one GPU), KV reuse included.
+
+    ``model`` is any ``PreTrainedModel`` with a causal-LM head that accepts
+    ``past_key_values`` as a ``DynamicCache``, ``attention_mask`` and ``position_ids``
+    (Llama, Qwen2/3, Mistral, GPT-NeoX, ...). ``use_prefix_cache=False`` recomputes every
+    prompt from scratch (the reference path for tests and benchmarks).
+    """
+
+    def __init__(self, model: Any, *, max_batch_size: int = 64, use_prefix_cache: bool = True,
+                 max_cached_tokens: int = 2_000_000, pad_token_id: int = 0) -> None:
+        self.model = model
+        self.max_batch_size = max_batch_size
+        self.use_prefix_cache = use_prefix_cache
+        self.trie = KVTrie(max_cached_tokens)
+        self.pad_token_id = pad_token_id
+        self.stats = {"forward_tokens": 0, "generated": 0, "prefill": 0, "cached": 0}
+
+    def reset_cache(self) -> None:
+        """Forget every cached prefix (call after each weight update)."""
+        self.trie.clear()
+
+    def generate(self, requests: Sequence[GenerationRequest],
+                 params: SamplingParams) -> list[Completion]:
+        """Sample one continuation per request; see the module docstring for how."""
+        out: list[Completion | None] = [None] * len(requests)
+        for start in range(0, len(requests), self.max_batch_size):
+            chunk = list(range(start, min(start + self.max_batch_size, len(requests))))
+            for row in self._generate_batch([requests[i] for i in chunk], chunk, params):
+                out[row.index] = Completion(
+                    token_ids=row.tokens, logprobs=row.logprobs, finish_reason=row.finish,
+                    prefill_tokens=row.prefill, cached_tokens=row.cached,
+                    entropy=(sum(row.entropies) / len(row.entropies)) if row.entropies else None)
+        return [c for c in out if c is not None]
+
+    # ----------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def _generate_batch(self, requests: list[GenerationRequest], indices: list[int],
+                        params: SamplingParams) -> list[_Row]:
+        rows = []
+        for req, index in zip(requests, indices, strict=True):
+            if not req.prompt_ids:
+                raise ValueError("a generation request needs at least one prompt token")
+            max_new = min(params.max_new_tokens, req.max_new_tokens or params.max_new_tokens)
+            if max_new < 1:
+                raise ValueError(f"request {index} has max_new_tokens={max_new}; it must be >= 1")
+            gen = None
+            if req.seed is not None:
+                gen = torch.Generator().manual_seed(int(req.seed))
+            rows.append(_Row(index=index, prompt=tuple(req.prompt_ids), max_new=max_new,
+                             generator=gen))
+
+        # Requests with the same prompt share one prefill: the first is forwarded, the rest
+        # repeat its cache rows.
+        unique: dict[tuple[int, ...], int] = {}
+        owner = [unique.setdefault(r.prompt, len(unique)) for r in rows]
+        prompts = list(unique)
+        matched: list[tuple[int, KV]] = [
+            self.trie.match(p[:-1]) if self.use_prefix_cache else (0, []) for p in prompts]
+        feeds = [p[m:] for p, (m, _) in zip(prompts, matched, strict=True)]
+        first_seen: set[int] = set()
+        for row, u in zip(rows, owner, strict=True):
+            if u in first_seen:
+                row.cached = len(row.prompt)
+            else:
+                first_seen.add(u)
+                row.cached = matched[u][0]
+                row.prefill = len(feeds[u])
+
+        cache, mask, positions, input_ids = self._pack([kv for _, kv in matched],
+                                                       [m for m, _ in matched], feeds)
+        logits = self._forward(input_ids, mask, positions, cache)[:, -1]  # [unique, vocab]
+        self.stats["forward_tokens"] += sum(len(f) for f in feeds)
+        select = torch.tensor(owner)
+        logits = logits[select]
+        mask = mask[select]
+        next_pos = positions[select, -1] + 1
+        cache.batch_select_indices(select)
+        live = list(range(len(rows)))  # batch row -> rows index
+
+        while True:
+            tokens = self._sample(logits, [rows[i] for i in live], params)
+            keep = []
+            for b, i in enumerate(live):
+                row = rows[i]
+                if row.tokens[-1] in params.stop_token_ids:
+                    row.finish = "stop"
+                elif len(row.tokens) >= row.max_new:
+                    row.finish = "length"
+                else:
+                    keep.append(b)
+                    continue
+                if self.use_prefix_cache:
+                    self._store(row, cache, mask, b)
+            if not keep:
+                break
+            if len(keep) < len(live):
+                sel = torch.tensor(keep)
+                cache.batch_select_indices(sel)
+                mask, next_pos, tokens = mask[sel], next_pos[sel], tokens[sel]
+                live = [live[b] for b in keep]
+            mask = torch.cat([mask, torch.ones(len(live), 1, dtype=mask.dtype)], dim=1)
+            logits = self._forward(tokens[:, None], mask, next_pos[:, None], cache)[:, -1]
+            self.stats["forward_tokens"] += len(live)
+            next_pos = next_pos + 1
+        for row in rows:
+            self.stats["generated"] += len(row.tokens)
+            self.stats["prefill"] += row.prefill
+            self.stats["cached"] += row.cached
+        return rows
+
+    def _pack(self, kvs: list[KV], lengths: list[int], feeds: list[tuple[int, ...]]
+              ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Left-pad cached prefixes and new tokens into one batch."""
+        from transformers import DynamicCache
+
+        batch = len(feeds)
+        past = max(lengths)
+        new = max(len(f) for f in feeds)
+        input_ids = torch.full((batch, new), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros(batch, past + new, dtype=torch.long)
+        positions = torch.zeros(batch, new, dtype=torch.long)
+        for b, (m, feed) in enumerate(zip(lengths, feeds, strict=True)):
+            n = len(feed)
+            input_ids[b, new - n:] = torch.tensor(feed)
+            mask[b, past - m:past] = 1
+            mask[b, past + new - n:] = 1
+            positions[b, new - n:] = torch.arange(m, m + n)
+        layers = []
+        if past > 0:
+            reference = next(kv for kv in kvs if kv)
+            for layer, (k0, v0) in enumerate(reference):
+                keys = k0.new_zeros(batch, k0.shape[0], past, k0.shape[2])
+                values = v0.new_zeros(batch, v0.shape[0], past, v0.shape[2])
+                for b, (m, kv) in enumerate(zip(lengths, kvs, strict=True)):
+                    if m:
+                        keys[b, :, past - m:] = kv[layer][0]
+                        values[b, :, past - m:] = kv[layer][1]
+                layers.append((keys, values))
+            cache = DynamicCache(ddp_cache_data=layers)
+        else:
+            cache = DynamicCache()
+        return cache, mask, positions, input_ids
+
+    def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
+                 cache: Any) -> torch.Tensor:
+        out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                         cache=cache, use_cache=True)
+        return out.logits.float()
+
+    def _sample(self, logits: torch.Tensor, rows: list[_Row],
+                params: SamplingParams) -> torch.Tensor:
+        logp = torch.log_softmax(logits / max(params.temperature, 1e-6), dim=-1)
+        tokens = torch.empty(len(rows), dtype=torch.long)
+        for b, row in enumerate(rows):
+            if params.temperature == 0:
+                token = int(torch.argmax(logp[b]))
+            else:
+                probs = logp[b].exp()
+                if params.top_p < 1.0:
+                    probs = _top_p(probs, params.top_p)
+                token = int(torch.multinomial(probs, 1, generator=row.generator))
+            tokens[b] = token
+            row.tokens.append(token)
+            row.logprobs.append(float(logp[b, token]))
+            if params.entropy_window and len(row.entropies) < params.entropy_window:
+                p = logp[b].exp()
+                entropy = float(-(p * logp[b]).sum()) / max(float(torch.log(
+                    torch.tensor(float(logp.shape[-1])))), 1e-9)
+                row.entropies.append(entropy)
+        return tokens
+
+    def _store(self, row: _Row, cache: Any, mask: torch.Tensor, b: int) -> None:
+        """Put a finished row's KV (all fed tokens, padding removed) into the trie."""
+        keep = mask[b].nonzero().squeeze(-1)
+        kv = [(layer.keys[b][:, keep], layer.values[b][:, keep]) for layer in cache.layers]
+        ids = row.prompt + tuple(row.tokens[:-1])
+        assert len(ids) == len(keep), (len(ids), len(keep))
+        self.trie.insert(ids, kv)
+
+
+def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    sorted_probs, order = torch.sort(probs, descending=True)
+    cumulative = torch.cumsum(sorted_probs, dim=-1)
+    cut = cumulative - sorted_probs > top_p
+    sorted_probs[cut] = 0.0
+    out = torch.zeros_like(probs)
+    out[order] = sorted_probs
+    return out / out.sum()

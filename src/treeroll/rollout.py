@@ -1,0 +1,288 @@
+"""The one rollout engine every strategy runs on.
+
+For a batch of tasks the engine grows one :class:`~treeroll.tree.RolloutTree` per task, turn
+by turn. Each turn it asks every tree's strategy for its *frontier* (the nodes to extend, a
+node listed ``k`` times branching into ``k`` children), clips the frontier to the budget,
+sends every frontier entry of every tree to the backend as one batch of exact token prefixes,
+steps a (forked) environment per entry, and records the children. Strategies only decide
+*where*; the engine does the rest, so chains, Tree-GRPO, PATR and the others are thin.
+
+Budget rule (stated because the papers do not): a tree never generates more than
+``max_generated_tokens`` tokens nor ends with more than ``max_leaves`` leaves. Before each
+turn, frontier entries that would open a leaf beyond ``max_leaves`` are removed (new branches
+first, continuations last), and the tokens left are split evenly over the remaining entries
+as their per-turn cap. When no token is left, every active branch stops with status
+``budget``: it stays in the group as a truncated trajectory with the reward it earned so far.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from treeroll.base import (
+    Env,
+    GenerationBackend,
+    GenerationRequest,
+    ProcessScorer,
+    SamplingParams,
+    Score,
+    Strategy,
+    StrategyContext,
+)
+from treeroll.formatting import TurnFormat
+from treeroll.tree import Node, NodeStatus, RolloutTree
+
+__all__ = ["RolloutBatch", "RolloutConfig", "TimedScorer", "rollout"]
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """Sampling and budget settings shared by every strategy."""
+
+    max_turn_tokens: int = 24
+    """Most tokens the model may generate in one turn."""
+    temperature: float = 1.0
+    """Sampling temperature (the logprobs recorded are those of this distribution)."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold."""
+    max_leaves: int | None = None
+    """Budget: most leaves (trajectories) one task's tree may end with; None = no limit."""
+    max_generated_tokens: int | None = None
+    """Budget: most tokens one task's tree may generate; None = no limit."""
+    max_depth: int = 64
+    """Safety cap on turns per trajectory, whatever the environment says."""
+    entropy_window: int = 0
+    """Record the mean normalised entropy of each turn's first tokens (ARPO needs 20)."""
+
+    def __post_init__(self) -> None:
+        if self.max_turn_tokens < 1:
+            raise ValueError("rollout.max_turn_tokens must be >= 1")
+        if self.max_leaves is not None and self.max_leaves < 1:
+            raise ValueError("rollout.max_leaves must be >= 1 (or null for no limit)")
+        if self.max_generated_tokens is not None and self.max_generated_tokens < 1:
+            raise ValueError("rollout.max_generated_tokens must be >= 1 (or null for no limit)")
+
+
+class TimedScorer:
+    """Wraps a process scorer and counts its calls and wall time (scorer cost is reported)."""
+
+    def __init__(self, scorer: ProcessScorer) -> None:
+        self.scorer = scorer
+        self.seconds = 0.0
+        self.calls = 0
+        self.nodes = 0
+
+    def __call__(self, tree: RolloutTree, nodes: Sequence[Node]) -> list[Score]:
+        start = time.perf_counter()
+        try:
+            return self.scorer(tree, nodes)
+        finally:
+            self.seconds += time.perf_counter() - start
+            self.calls += 1
+            self.nodes += len(nodes)
+
+
+@dataclass
+class RolloutBatch:
+    """The trees of one batch of tasks and where the time went."""
+
+    trees: list[RolloutTree]
+    timing: dict[str, float] = field(default_factory=dict)
+    """Seconds: ``generate``, ``env``, ``score``, ``total``."""
+
+
+def rollout(
+    tasks: Sequence[int],
+    make_env: Callable[[], Env],
+    backend: GenerationBackend,
+    turn_format: TurnFormat,
+    strategy: Strategy,
+    *,
+    config: RolloutConfig = RolloutConfig(),
+    scorer: ProcessScorer | None = None,
+    seed: int = 0,
+    first_group_id: int = 0,
+    on_turn: Callable[[int, int], None] | None = None,
+) -> RolloutBatch:
+    """Grow one tree per task seed in ``tasks``; see the module docstring."""
+    start = time.perf_counter()
+    timing = {"generate": 0.0, "env": 0.0, "score": 0.0}
+    timed = TimedScorer(scorer) if scorer is not None else None
+    params = SamplingParams(temperature=config.temperature, top_p=config.top_p,
+                            max_new_tokens=config.max_turn_tokens,
+                            stop_token_ids=turn_format.stop_token_ids,
+                            entropy_window=config.entropy_window)
+    rng = np.random.default_rng(seed)
+    trees: list[RolloutTree] = []
+    contexts: dict[tuple[int, int], tuple[int, ...]] = {}
+    contexts_of: list[dict[int, tuple[int, ...]]] = []
+    ctxs: list[StrategyContext] = []
+    frontiers: list[list[Node]] = []
+    for i, task_seed in enumerate(tasks):
+        env = make_env()
+        tick = time.perf_counter()
+        first_observation = env.reset(int(task_seed))
+        timing["env"] += time.perf_counter() - tick
+        prompt_ids, prompt_text = turn_format.prompt(env.system_prompt, first_observation)
+        tree = RolloutTree.new(int(task_seed), tree_id=first_group_id + i,
+                               group_id=first_group_id + i, prompt_ids=prompt_ids,
+                               prompt_text=prompt_text)
+        tree.root.env = env
+        tree.meta["strategy"] = getattr(strategy, "name", type(strategy).__name__)
+        trees.append(tree)
+        contexts_of.append({0: tuple(prompt_ids)})
+        ctx = StrategyContext(rng=np.random.default_rng(rng.integers(2**63)),
+                              max_leaves=config.max_leaves,
+                              tokens_left=config.max_generated_tokens, scorer=timed)
+        ctxs.append(ctx)
+        frontiers.append(_clip(tree, strategy.start(tree, ctx), ctx, config))
+    del contexts
+
+    turn = 0
+    while any(frontiers):
+        turn += 1
+        requests: list[GenerationRequest] = []
+        owners: list[tuple[int, Node]] = []
+        for t, (tree, frontier) in enumerate(zip(trees, frontiers, strict=True)):
+            caps = _token_caps(len(frontier), ctxs[t].tokens_left, config.max_turn_tokens)
+            for node, cap in zip(frontier, caps, strict=True):
+                if cap == 0:
+                    continue
+                requests.append(GenerationRequest(prompt_ids=contexts_of[t][node.id],
+                                                  max_new_tokens=cap,
+                                                  seed=int(rng.integers(2**62))))
+                owners.append((t, node))
+        tick = time.perf_counter()
+        completions = backend.generate(requests, params) if requests else []
+        timing["generate"] += time.perf_counter() - tick
+
+        uses = Counter(id(node) for _, node in owners)
+        created: list[list[Node]] = [[] for _ in trees]
+        tick = time.perf_counter()
+        for (t, node), completion in zip(owners, completions, strict=True):
+            tree = trees[t]
+            uses[id(node)] -= 1
+            assert node.env is not None, f"node {node.id} has no environment to continue from"
+            if uses[id(node)] > 0 or strategy.revisits_nodes:
+                env = node.env.fork()
+            else:
+                env, node.env = node.env, None
+            action_text = turn_format.decode_action(completion.token_ids)
+            observation, reward, terminated, truncated, info = env.step(action_text)
+            truncated = truncated or (node.depth + 1 >= config.max_depth and not terminated)
+            ended = terminated or truncated
+            ended_turn = completion.finish_reason == "stop"
+            obs_ids, obs_text = ([], observation) if ended else turn_format.observation(
+                observation, action_ended_turn=ended_turn)
+            info = dict(info)
+            info["cost"] = {"prefill": completion.prefill_tokens,
+                            "cached": completion.cached_tokens}
+            child = tree.add_child(
+                node, action_ids=list(completion.token_ids),
+                action_logprobs=list(completion.logprobs), action_text=action_text,
+                observation_ids=list(obs_ids), observation_text=obs_text, reward=float(reward),
+                terminated=bool(terminated), truncated=bool(truncated), info=info,
+                finish_reason=completion.finish_reason, entropy=completion.entropy,
+                status=(NodeStatus.TERMINAL if terminated else
+                        NodeStatus.TRUNCATED if truncated else NodeStatus.ACTIVE))
+            node.status = NodeStatus.EXPANDED
+            if not ended:
+                child.env = env
+                contexts_of[t][child.id] = (contexts_of[t][node.id] + tuple(child.action_ids)
+                                            + tuple(obs_ids))
+            if ctxs[t].tokens_left is not None:
+                ctxs[t].tokens_left -= len(child.action_ids)
+            created[t].append(child)
+        timing["env"] += time.perf_counter() - tick
+
+        for t, tree in enumerate(trees):
+            before = len(frontiers[t])
+            for node in frontiers[t]:
+                if not node.children and node.status == NodeStatus.ACTIVE:
+                    node.status, node.note = NodeStatus.BUDGET, "no tokens left for another turn"
+            if not created[t] and before == 0:
+                frontiers[t] = []
+                continue
+            frontier = strategy.step(tree, created[t], ctxs[t])
+            frontiers[t] = _clip(tree, frontier, ctxs[t], config)
+            if not strategy.revisits_nodes:
+                live = {id(n) for n in frontiers[t]}
+                for node in created[t]:
+                    if id(node) not in live:
+                        node.env = None
+        if on_turn is not None:
+            on_turn(turn, sum(len(f) for f in frontiers))
+
+    for t, tree in enumerate(trees):
+        for node in tree.nodes:
+            node.env = None
+            if node.status == NodeStatus.ACTIVE:
+                node.status = NodeStatus.BUDGET
+                node.note = node.note or "stopped with the rollout (budget)"
+        tree.meta["config"] = {"max_leaves": config.max_leaves,
+                               "max_generated_tokens": config.max_generated_tokens,
+                               "max_turn_tokens": config.max_turn_tokens,
+                               "temperature": config.temperature}
+        tree.meta["turns"] = turn
+    if timed is not None:
+        timing["score"] = timed.seconds
+        timing["generate_and_env"] = timing["generate"] + timing["env"] - timed.seconds
+        for tree in trees:
+            tree.meta["scorer_seconds_batch"] = timed.seconds
+    timing["total"] = time.perf_counter() - start
+    return RolloutBatch(trees=trees, timing=timing)
+
+
+def _token_caps(entries: int, tokens_left: int | None, per_turn: int) -> list[int]:
+    """Per-entry generation caps that never exceed the tokens left (0 = entry is cut)."""
+    if tokens_left is None:
+        return [per_turn] * entries
+    if entries == 0:
+        return []
+    share, extra = divmod(max(tokens_left, 0), entries)
+    return [min(per_turn, share + (1 if i < extra else 0)) for i in range(entries)]
+
+
+def _clip(tree: RolloutTree, frontier: list[Node], ctx: StrategyContext,
+          config: RolloutConfig) -> list[Node]:
+    """Drop frontier entries the budget does not allow; record why on the nodes."""
+    frontier = [n for n in frontier if not n.ended]
+    if ctx.tokens_left is not None and ctx.tokens_left <= 0:
+        for node in frontier:
+            if not node.children:
+                node.status, node.note = NodeStatus.BUDGET, "generated-token budget spent"
+        return []
+    if ctx.max_leaves is None:
+        return frontier
+    finished = sum(1 for n in tree.nodes
+                   if n.is_leaf and n.parent is not None and n.status in NodeStatus.STOPPED
+                   and n.status != NodeStatus.DROPPED)
+    room = ctx.max_leaves - finished
+    if len(frontier) <= room:
+        return frontier
+    # Keep one continuation of every distinct node first, then extra branches, in order.
+    first: list[Node] = []
+    extra: list[Node] = []
+    seen: set[int] = set()
+    for node in frontier:
+        (extra if id(node) in seen else first).append(node)
+        seen.add(id(node))
+    kept = (first + extra)[:max(room, 0)]
+    for node in first[max(room, 0):]:
+        if not node.children:
+            node.status, node.note = NodeStatus.BUDGET, "leaf budget reached"
+    return kept
+
+
+def count_status(trees: Sequence[RolloutTree]) -> dict[str, Any]:
+    """How many nodes ended in each status, over ``trees`` (for logs)."""
+    counts: Counter[str] = Counter()
+    for tree in trees:
+        counts.update(n.status for n in tree.nodes)
+    return dict(counts)

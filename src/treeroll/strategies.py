@@ -1,0 +1,244 @@
+"""Rollout strategies: where a task's tree branches, continues and stops.
+
+Each strategy is a small dataclass (its hyper-parameters are its fields) implementing
+:class:`treeroll.base.Strategy` over the engine in :mod:`treeroll.rollout`. They differ only
+in the frontier they return:
+
+* ``chain`` -- G independent trajectories from the root (the GRPO / RLOO baseline).
+* ``tree_grpo`` -- Tree-GRPO (ALGORITHMS.md section 2): M chains, then L rounds in which N
+  non-leaf nodes of each of the M subtrees are picked uniformly (with replacement) and
+  continued to the end; optionally k random leaves kept per subtree.
+* ``patr`` -- PATR (section 3): B0 branches, advance K turns, score, expand the top-k into M
+  children each, let the middle survive, prune ``s < median(s) - alpha`` or Theta repeats of one
+  action; pruned branches stay in the group as negatives (option).
+* ``random_tree`` -- PATR's random counterpart: the same schedule with uniform random scores and
+  no score-based pruning (the "random tree" baseline of the PATR paper).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from treeroll.base import StrategyContext
+from treeroll.tree import Node, NodeStatus, RolloutTree, path_to
+
+__all__ = ["Chain", "PATR", "RandomTree", "TreeGRPO"]
+
+
+def _active(created: Sequence[Node]) -> list[Node]:
+    return [n for n in created if not n.ended and n.status == NodeStatus.ACTIVE]
+
+
+@dataclass
+class Chain:
+    """G independent trajectories per task (GRPO's group)."""
+
+    group_size: int = 8
+    """G: trajectories per task."""
+
+    name: ClassVar[str] = "chain"
+    revisits_nodes: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        if self.group_size < 1:
+            raise ValueError("chain.group_size must be >= 1")
+
+    def start(self, tree: RolloutTree, ctx: StrategyContext) -> list[Node]:
+        """G copies of the root."""
+        return [tree.root] * self.group_size
+
+    def step(self, tree: RolloutTree, created: list[Node], ctx: StrategyContext) -> list[Node]:
+        """Continue every branch that has not ended."""
+        return _active(created)
+
+
+@dataclass
+class TreeGRPO:
+    """Tree-GRPO's random branching: group size ``m * (l * n + 1)`` before ``k`` and budget."""
+
+    m: int = 2
+    """M: independent chains (trees) per task."""
+    n: int = 2
+    """N: nodes picked per tree in each expansion round."""
+    l: int = 1  # noqa: E741 -- the paper's name
+    """L: expansion rounds."""
+    k: int | None = None
+    """Keep only k random leaves per tree (None keeps all)."""
+    include_root: bool = False
+    """Let the root be picked too (the released code does; it amounts to a fresh chain)."""
+
+    name: ClassVar[str] = "tree_grpo"
+    revisits_nodes: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if self.m < 1 or self.n < 0 or self.l < 0:
+            raise ValueError("tree_grpo needs m >= 1, n >= 0, l >= 0")
+        if self.k is not None and self.k < 1:
+            raise ValueError("tree_grpo.k must be >= 1 or null")
+
+    def start(self, tree: RolloutTree, ctx: StrategyContext) -> list[Node]:
+        """M chains from the root."""
+        ctx.state["round"] = 0
+        return [tree.root] * self.m
+
+    def step(self, tree: RolloutTree, created: list[Node], ctx: StrategyContext) -> list[Node]:
+        """Continue active branches; when all have ended, run the next expansion round."""
+        active = _active(created)
+        if active:
+            return active
+        while ctx.state["round"] < self.l:
+            ctx.state["round"] += 1
+            picks = self._pick(tree, ctx.rng)
+            if picks:
+                return picks
+        if self.k is not None:
+            self._keep_k(tree, ctx.rng)
+        return []
+
+    def _pick(self, tree: RolloutTree, rng: np.random.Generator) -> list[Node]:
+        picks: list[Node] = []
+        for subtree_root in tree.root.children[: self.m]:
+            candidates = [n for n in _subtree(subtree_root) if n.children and not n.ended]
+            if self.include_root:
+                candidates.append(tree.root)
+            for index in rng.integers(len(candidates), size=self.n) if candidates else []:
+                node = candidates[int(index)]
+                node.note = f"picked for expansion in round {len(picks) // max(self.n, 1) + 1}"
+                picks.append(node)
+        return picks
+
+    def _keep_k(self, tree: RolloutTree, rng: np.random.Generator) -> None:
+        for subtree_root in tree.root.children[: self.m]:
+            group = [n for n in _subtree(subtree_root) if n.is_leaf]
+            if len(group) <= (self.k or 0):
+                continue
+            keep = set(rng.choice(len(group), size=self.k, replace=False).tolist())
+            for i, leaf in enumerate(group):
+                if i not in keep:
+                    leaf.status, leaf.note = NodeStatus.DROPPED, f"not among the k={self.k} kept"
+
+
+def _subtree(node: Node) -> list[Node]:
+    out, stack = [], [node]
+    while stack:
+        current = stack.pop()
+        out.append(current)
+        stack.extend(current.children)
+    return out
+
+
+def repeated_action(node: Node, theta: int) -> bool:
+    """True if the last ``theta`` actions on the path to ``node`` are the same action."""
+    if theta < 1:
+        return False
+    actions = [n.info.get("action_key", n.action_text.strip()) for n in path_to(node)[1:]]
+    return len(actions) >= theta and len(set(actions[-theta:])) == 1
+
+
+@dataclass
+class PATR:
+    """Process-scorer guided Adaptive Tree Rollout (ALGORITHMS.md section 3).
+
+    Every ``k_turns`` turns all active branches are scored; the ``top_k`` best expand into
+    ``m`` children each (the parent is replaced by its children), branches with
+    ``s < median(s) - alpha`` are pruned, the rest survive. A branch whose last ``theta``
+    actions are identical is pruned at any turn. Pruned branches stay in the group as
+    negatives when ``keep_pruned`` (reward = what they earned when stopped), else they are
+    dropped from it. With ``use_scores=False`` (or no scorer) the scores are uniform random
+    and nothing is pruned on score: the random-tree counterpart.
+    """
+
+    b0: int = 4
+    """Initial branches from the task's initial state."""
+    k_turns: int = 5
+    """K: turns advanced between scoring rounds (5 on FrozenLake, 13 on SWE in the paper)."""
+    top_k: int = 2
+    """Branches expanded per scoring round."""
+    m: int = 2
+    """Children per expanded branch."""
+    alpha: float = 0.5
+    """Prune margin below the median score."""
+    theta: int = 6
+    """Prune a branch whose last theta actions are the same action (0 disables)."""
+    keep_pruned: bool = True
+    """Keep pruned branches in the group as negatives (else they are dropped)."""
+    use_scores: bool = True
+    """False: uniform random scores, no score pruning (the random-tree baseline)."""
+
+    name: ClassVar[str] = "patr"
+    revisits_nodes: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        if self.b0 < 1 or self.k_turns < 1 or self.top_k < 0 or self.m < 1:
+            raise ValueError("patr needs b0 >= 1, k_turns >= 1, top_k >= 0, m >= 1")
+        if self.alpha < 0:
+            raise ValueError("patr.alpha must be >= 0")
+
+    def start(self, tree: RolloutTree, ctx: StrategyContext) -> list[Node]:
+        """B0 branches from the root."""
+        ctx.state["since_score"] = 0
+        return [tree.root] * self.b0
+
+    def step(self, tree: RolloutTree, created: list[Node], ctx: StrategyContext) -> list[Node]:
+        """Prune repeats; every K turns score, expand the top-k, prune the low tail."""
+        active = []
+        for node in _active(created):
+            if repeated_action(node, self.theta):
+                self._prune(node, f"same action {self.theta} times in a row")
+            else:
+                active.append(node)
+        ctx.state["since_score"] += 1
+        if ctx.state["since_score"] < self.k_turns or not active:
+            return active
+        ctx.state["since_score"] = 0
+        scores = self._scores(tree, active, ctx)
+        return self.select(active, scores, ctx.rng)
+
+    def select(self, active: list[Node], scores: list[float],
+               rng: np.random.Generator) -> list[Node]:
+        """One scoring round over ``active`` with ``scores``: expand, survive or prune."""
+        use_prune = self.use_scores and len(active) > 1
+        threshold = float(np.median(scores)) - self.alpha
+        order = sorted(range(len(active)), key=lambda i: (-scores[i], i))
+        survivors = [i for i in order if not (use_prune and scores[i] < threshold)]
+        expand = set(survivors[: self.top_k])
+        frontier: list[Node] = []
+        for i, node in enumerate(active):
+            if i in expand:
+                node.note = f"expanded: top-{self.top_k} score {scores[i]:.3f}"
+                frontier.extend([node] * self.m)
+            elif i in survivors:
+                node.note = f"kept: score {scores[i]:.3f}"
+                frontier.append(node)
+            else:
+                self._prune(node, f"score {scores[i]:.3f} < median - alpha = {threshold:.3f}")
+        return frontier
+
+    def _scores(self, tree: RolloutTree, active: list[Node], ctx: StrategyContext) -> list[float]:
+        if not self.use_scores or ctx.scorer is None:
+            values = ctx.rng.random(len(active)).tolist()
+            for node, value in zip(active, values, strict=True):
+                node.score, node.score_reason = value, "random (scoring disabled)"
+            return values
+        scored = ctx.scorer(tree, active)
+        for node, score in zip(active, scored, strict=True):
+            node.score, node.score_reason = score.value, score.reason
+        return [s.value for s in scored]
+
+    def _prune(self, node: Node, why: str) -> None:
+        node.status = NodeStatus.PRUNED if self.keep_pruned else NodeStatus.DROPPED
+        node.note = "pruned: " + why
+
+
+@dataclass
+class RandomTree(PATR):
+    """PATR's schedule with random scores and no score pruning (the paper's random tree)."""
+
+    use_scores: bool = False
+    """Always False for the random tree."""
+
+    name: ClassVar[str] = "random_tree"
