@@ -1,0 +1,676 @@
+"""Run model-written shell commands confined to one task's working tree, and fork that tree.
+
+Two isolation modes, chosen once per :class:`Sandbox` (``Sandbox.mode``):
+
+``"overlay"`` (running as root on Linux with ``unshare`` and overlayfs; what treeroll's CI uses)
+    Each command runs in fresh mount, network and PID namespaces. The task's pristine tree is
+    the read-only *lower* layer shared by every branch; a branch's edits live in its own small
+    *upper* directory (copy-on-write of edited files, by overlayfs). Inside the namespaces the
+    whole host filesystem is remounted read-only except the overlay (the task tree) and a
+    private size-limited tmpfs on ``/dev/shm`` (``TMPDIR``); the command then runs as the
+    unprivileged user ``nobody`` with ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_NPROC`` and
+    ``RLIMIT_FSIZE``, no network interfaces but a down loopback, a fresh ``/proc`` that shows
+    only the sandbox's own processes, and a scrubbed environment. When the command ends or its
+    wall timeout fires, its PID namespace is torn down, which kills every process it started,
+    daemonised ones included. :meth:`Workspace.fork` copies only the upper directory (the
+    files the branch edited), so forking costs O(edited files), not O(tree).
+
+``"copy"`` (fallback: not root, or no namespaces/overlayfs)
+    The working tree is a plain directory (forked by a full copy); commands run in their own
+    session with the same rlimits, a scrubbed environment and a wall timeout, and in a user +
+    network namespace (``unshare -rn``) if the kernel allows one. Files outside the tree that
+    the current user may write are *not* protected in this mode, and processes that leave the
+    session (``setsid``) survive the timeout. ``Sandbox.containment`` says what was achieved.
+
+What is *not* confined in either mode: reading world-readable files outside the task (the
+host's ``/usr``, the Python installation, treeroll's own sources -- needed to run ``python``
+and ``pytest``). The disk quota of a working tree is enforced by polling its size while a
+command runs (``RLIMIT_FSIZE`` bounds each file): a command that exceeds it is killed and the
+files it created are deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import hashlib
+import itertools
+import os
+import resource
+import select
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["CommandResult", "Sandbox", "SandboxLimits", "Workspace", "sandbox_python"]
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWNET = 0x40000000
+_MS_RDONLY = 1
+_MS_NOSUID = 2
+_MS_NODEV = 4
+_MS_REMOUNT = 32
+_MS_BIND = 4096
+_MS_REC = 16384
+_MS_PRIVATE = 1 << 18
+_SKIP_FSTYPES = {"proc", "sysfs", "cgroup", "cgroup2", "devpts", "devtmpfs", "mqueue",
+                 "securityfs", "debugfs", "tracefs", "pstore", "bpf", "configfs", "fusectl",
+                 "hugetlbfs", "binfmt_misc", "autofs", "overlay"}
+_NOBODY = 65534
+
+
+def sandbox_python() -> str:
+    """The Python interpreter commands see as ``python``: treeroll's own (it has pytest)."""
+    return sys.executable or "python3"
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits of one command (all configurable per environment)."""
+
+    wall_timeout_s: float = 30.0
+    """Wall-clock limit; the command and everything it started are killed after it."""
+    cpu_seconds: int = 60
+    """RLIMIT_CPU per process."""
+    memory_mb: int = 4096
+    """RLIMIT_AS (address space) per process."""
+    max_processes: int = 256
+    """RLIMIT_NPROC: processes of the sandbox user (a fork bomb stops here)."""
+    file_size_mb: int = 32
+    """RLIMIT_FSIZE: largest file a command may write."""
+    disk_quota_mb: int = 128
+    """Most bytes a working tree's own (edited or created) files may occupy."""
+    tmpfs_mb: int = 64
+    """Size of the private scratch tmpfs (``TMPDIR``) in overlay mode."""
+    capture_bytes: int = 200_000
+    """Output kept from a command (head and tail halves); the rest is counted, not stored."""
+
+    def __post_init__(self) -> None:
+        if self.wall_timeout_s <= 0:
+            raise ValueError(f"wall_timeout_s must be > 0, got {self.wall_timeout_s}")
+        for name in ("cpu_seconds", "memory_mb", "max_processes", "file_size_mb",
+                     "disk_quota_mb", "tmpfs_mb", "capture_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass
+class CommandResult:
+    """What one sandboxed command did."""
+
+    output: str
+    """stdout and stderr interleaved (head and tail kept when longer than ``capture_bytes``)."""
+    returncode: int
+    timed_out: bool = False
+    quota_exceeded: bool = False
+    elided_bytes: int = 0
+    """Output bytes dropped from the middle of ``output``."""
+    seconds: float = 0.0
+    error: str = ""
+    """Why the sandbox itself could not run the command (empty when it ran)."""
+
+
+def _libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        return ctypes.CDLL(name, use_errno=True)
+    except OSError:
+        return None
+
+
+def _mount_points() -> list[tuple[str, str, bool]]:
+    """``(mount point, fs type, read_only)`` of every mount, from ``/proc/self/mountinfo``."""
+    out = []
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        parts = left.split()
+        if len(parts) < 6 or not right:
+            continue
+        point = parts[4].encode().decode("unicode_escape")
+        out.append((point, right.split()[0], "ro" in parts[5].split(",")))
+    return out
+
+
+def _reveal_plan(paths: list[str]) -> dict[str, list[str]]:
+    """Directories the sandbox user cannot traverse that hide a path commands need (the Python
+    interpreter and its packages), mapped to those paths: overlay mode mounts an empty tmpfs
+    on each such directory and binds only the needed paths into it (hiding the rest)."""
+    plan: dict[str, list[str]] = {}
+    for raw in paths:
+        path = os.path.realpath(raw)
+        parts = Path(path).parts
+        for i in range(1, len(parts)):
+            ancestor = os.path.join(*parts[:i]) if i > 1 else "/"
+            try:
+                mode = os.stat(ancestor).st_mode
+            except OSError:
+                break
+            if not mode & stat.S_IXOTH:
+                targets = plan.setdefault(ancestor, [])
+                if path not in targets:
+                    targets.append(path)
+                break
+    for hidden, targets in plan.items():  # keep only outermost targets
+        plan[hidden] = [t for t in targets
+                        if not any(t != o and t.startswith(o + os.sep) for o in targets)]
+    return plan
+
+
+def _copy_tree(src: Path, dst: Path) -> None:
+    """Copy a directory exactly: modes, owners, symlinks, overlay whiteouts and opaque xattrs."""
+    st = os.lstat(src)
+    os.mkdir(dst, stat.S_IMODE(st.st_mode))
+    _copy_meta(src, dst, st)
+    with os.scandir(src) as entries:
+        for entry in entries:
+            s, d = Path(entry.path), dst / entry.name
+            est = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(est.st_mode):
+                _copy_tree(s, d)
+                continue
+            if stat.S_ISLNK(est.st_mode):
+                os.symlink(os.readlink(s), d)
+            elif stat.S_ISREG(est.st_mode):
+                shutil.copyfile(s, d, follow_symlinks=False)
+                os.chmod(d, stat.S_IMODE(est.st_mode))
+            elif stat.S_ISCHR(est.st_mode):  # an overlayfs whiteout (a deleted file)
+                os.mknod(d, est.st_mode, est.st_rdev)
+            else:
+                continue
+            _copy_meta(s, d, est)
+
+
+def _copy_meta(src: Path, dst: Path, st: os.stat_result) -> None:
+    if os.geteuid() == 0:
+        os.chown(dst, st.st_uid, st.st_gid, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            with contextlib.suppress(OSError):
+                for name in os.listxattr(src, follow_symlinks=False):
+                    if name.startswith("trusted.overlay."):
+                        os.setxattr(dst, name, os.getxattr(src, name))
+
+
+def _tree_bytes(root: Path) -> int:
+    total = 0
+    stack = [root]
+    while stack:
+        current = stack.pop()
+        try:
+            with os.scandir(current) as entries:
+                for entry in entries:
+                    st = entry.stat(follow_symlinks=False)
+                    if stat.S_ISDIR(st.st_mode):
+                        stack.append(Path(entry.path))
+                    else:
+                        total += st.st_blocks * 512
+        except OSError:
+            continue
+    return total
+
+
+def _list_files(root: Path) -> set[str]:
+    out = set()
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel = os.path.relpath(dirpath, root)
+        for name in filenames + dirnames:
+            out.add(os.path.normpath(os.path.join(rel, name)))
+    return out
+
+
+class Sandbox:
+    """Owns a temporary root holding task trees and working trees, and runs commands there.
+
+    ``isolation``: ``"auto"`` (overlay mode when it works, else copy mode), ``"overlay"``
+    (raise if unavailable) or ``"copy"``. Call :meth:`close` (or let it be garbage collected)
+    to delete the root.
+    """
+
+    def __init__(self, root: str | Path | None = None, limits: SandboxLimits | None = None,
+                 *, isolation: str = "auto") -> None:
+        if isolation not in ("auto", "overlay", "copy"):
+            raise ValueError(f"isolation must be 'auto', 'overlay' or 'copy', got {isolation!r}")
+        self.limits = limits or SandboxLimits()
+        parent = Path(root) if root is not None else Path(tempfile.gettempdir())
+        parent.mkdir(parents=True, exist_ok=True)
+        self.root = Path(tempfile.mkdtemp(prefix="treeroll-swe-", dir=parent)).resolve()
+        os.chmod(self.root, 0o755)
+        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.root), True)
+        (self.root / "bases").mkdir()
+        (self.root / "ws").mkdir()
+        self.repo_path = self.root / "repo"
+        """Where the working tree appears to commands in overlay mode (the same for all
+        branches: each command mounts its own branch's tree there, privately)."""
+        self.repo_path.mkdir()
+        self._counter = itertools.count()
+        self._libc = _libc()
+        self._unshare = shutil.which("unshare")
+        self._bash = shutil.which("bash") or "/bin/sh"
+        self._python_dir = str(Path(sandbox_python()).parent)
+        self._remount = sorted({p for p, fs, ro in _mount_points()
+                                if fs not in _SKIP_FSTYPES and not ro
+                                and not p.startswith(("/proc", "/sys", "/dev"))},
+                               key=len)
+        self._reveal = _reveal_plan([sys.prefix, sys.base_prefix, self._python_dir,
+                                     os.path.dirname(os.path.realpath(sandbox_python()))])
+        self._user_netns = False
+        self.mode = "copy"
+        if isolation in ("auto", "overlay") and self._overlay_possible():
+            self.mode = "overlay"
+            if not self._probe():
+                self.mode = "copy"
+        if isolation == "overlay" and self.mode != "overlay":
+            raise RuntimeError("overlay isolation needs root, unshare(1), mount namespaces and "
+                               "overlayfs; use isolation='copy' or 'auto'")
+        if self.mode == "copy" and self._unshare is not None:
+            self._user_netns = self._probe_user_netns()
+        self.containment = self._containment()
+        """What this sandbox confines, as ``{property: achieved}`` (see the module docstring)."""
+
+    # -- setup -------------------------------------------------------------------------------
+
+    def _overlay_possible(self) -> bool:
+        if os.geteuid() != 0 or self._libc is None or self._unshare is None:
+            return False
+        try:
+            return "overlay" in Path("/proc/filesystems").read_text()
+        except OSError:
+            return False
+
+    def _probe(self) -> bool:
+        base = self.root / "bases" / "_probe"
+        base.mkdir()
+        (base / "probe.txt").write_text("ok\n")
+        self._own(base)
+        ws = self.workspace(base)
+        try:
+            result = self.run(ws, "cat probe.txt && echo x > new.txt && id -u")
+        except Exception:  # any failure of the namespace setup means: no overlay mode
+            return False
+        finally:
+            ws.remove()
+            shutil.rmtree(base, ignore_errors=True)
+        return result.returncode == 0 and result.output.split() == ["ok", str(_NOBODY)]
+
+    def _probe_user_netns(self) -> bool:
+        try:
+            done = subprocess.run([str(self._unshare), "-rn", "true"], capture_output=True,
+                                  timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return False
+        return done.returncode == 0
+
+    def _containment(self) -> dict[str, bool]:
+        overlay = self.mode == "overlay"
+        return {
+            "rlimits": True,
+            "wall_timeout": True,
+            "scrubbed_environment": True,
+            "no_network": overlay or self._user_netns,
+            "host_filesystem_read_only": overlay,
+            "unprivileged_user": overlay or os.geteuid() != 0,
+            "private_pid_namespace": overlay,
+            "copy_on_write_fork": overlay,
+            "reads_outside_task_blocked": False,
+        }
+
+    def _own(self, path: Path) -> None:
+        """Give a tree to the sandbox user (overlay mode runs commands as ``nobody``)."""
+        if os.geteuid() != 0:
+            return
+        for dirpath, dirnames, filenames in os.walk(path):
+            os.chown(dirpath, _NOBODY, _NOBODY)
+            for name in dirnames + filenames:
+                os.chown(os.path.join(dirpath, name), _NOBODY, _NOBODY, follow_symlinks=False)
+
+    # -- trees -------------------------------------------------------------------------------
+
+    def base(self, key: str, build: Callable[[Path], None]) -> Path:
+        """The pristine tree named ``key``, built once by ``build(directory)`` and cached.
+
+        The tree becomes a git repository with one commit (so agents can ``git diff``) and
+        belongs to the sandbox user. It is never modified afterwards.
+        """
+        safe = hashlib.sha1(key.encode()).hexdigest()[:16]
+        path = self.root / "bases" / safe
+        if path.exists():
+            return path
+        tmp = self.root / "bases" / f".{safe}.{os.getpid()}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        build(tmp)
+        if shutil.which("git") and not (tmp / ".git").exists():
+            git = ["git", "-c", "user.name=treeroll", "-c", "user.email=treeroll@localhost",
+                   "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false"]
+            for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "base"]):
+                subprocess.run(git + args, cwd=tmp, capture_output=True, check=False,
+                               env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                                    "HOME": str(tmp), "GIT_CONFIG_NOSYSTEM": "1"})
+        self._own(tmp)
+        os.replace(tmp, path)
+        return path
+
+    def workspace(self, base: Path) -> Workspace:
+        """A new working tree over ``base`` (empty upper in overlay mode, a copy otherwise)."""
+        n = next(self._counter)
+        directory = self.root / "ws" / f"{os.getpid()}-{n}"
+        directory.mkdir()
+        upper = directory / "upper"
+        if self.mode == "overlay":
+            upper.mkdir()
+            (directory / "work").mkdir()
+            base_st = os.stat(base)
+            os.chmod(upper, stat.S_IMODE(base_st.st_mode))
+            os.chown(upper, base_st.st_uid, base_st.st_gid)
+        else:
+            shutil.copytree(base, upper, symlinks=True)
+        return Workspace(sandbox=self, base=base, directory=directory)
+
+    # -- running -----------------------------------------------------------------------------
+
+    def _environment(self, workspace: Workspace) -> dict[str, str]:
+        tmp = "/dev/shm" if self.mode == "overlay" else str(workspace.directory / "tmp")
+        if self.mode != "overlay":
+            Path(tmp).mkdir(exist_ok=True)
+        return {
+            "PATH": f"{self._python_dir}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": tmp,
+            "TMPDIR": tmp,
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONHASHSEED": "0",
+            "PAGER": "cat",
+            "GIT_PAGER": "cat",
+            "TERM": "dumb",
+        }
+
+    def _preexec(self, workspace: Workspace) -> Callable[[], None]:
+        limits = self.limits
+        overlay = self.mode == "overlay"
+        libc = self._libc
+        target = str(self.repo_path).encode()
+        options = (f"lowerdir={workspace.base},upperdir={workspace.upper},"
+                   f"workdir={workspace.directory / 'work'}").encode()
+        shm_options = f"size={limits.tmpfs_mb}m,mode=1777".encode()
+        remount = [p.encode() for p in self._remount]
+        reveal = [(hidden.encode(), [t.encode() for t in targets])
+                  for hidden, targets in self._reveal.items()]
+
+        def setup() -> None:  # runs in the child between fork and exec
+            if overlay:
+                assert libc is not None
+                if libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), "unshare")
+                if libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+                    raise OSError(ctypes.get_errno(), "mount --make-rprivate /")
+                if libc.mount(b"overlay", target, b"overlay", 0, options) != 0:
+                    raise OSError(ctypes.get_errno(), "mount overlay")
+                for hidden, targets in reveal:  # e.g. a Python installed under /root (0700)
+                    fds = [os.open(t, os.O_PATH) for t in targets]
+                    if libc.mount(b"tmpfs", hidden, b"tmpfs", _MS_NOSUID | _MS_NODEV,
+                                  b"size=1m,mode=755") != 0:
+                        raise OSError(ctypes.get_errno(), "mount tmpfs")
+                    for t, fd in zip(targets, fds, strict=True):
+                        os.makedirs(t, exist_ok=True)
+                        if libc.mount(f"/proc/self/fd/{fd}".encode(), t, None,
+                                      _MS_BIND | _MS_REC, None) != 0:
+                            raise OSError(ctypes.get_errno(), "bind interpreter")
+                        libc.mount(b"none", t, None,
+                                   _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID, None)
+                        os.close(fd)
+                for point in remount:
+                    flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
+                    if libc.mount(b"none", point, None, flags, None) != 0 and point == b"/":
+                        raise OSError(ctypes.get_errno(), "remount / read-only")
+                libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", _MS_NOSUID | _MS_NODEV, shm_options)
+                os.chdir(target)
+            resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds))
+            mem = limits.memory_mb * 2**20
+            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+            resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes,) * 2)
+            size = limits.file_size_mb * 2**20
+            resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+        return setup
+
+    def _argv(self, command: str) -> list[str]:
+        shell = [self._bash, "-c", command]
+        if self.mode == "overlay":
+            assert self._unshare is not None
+            return [self._unshare, "--pid", "--fork", "--kill-child", "--mount-proc",
+                    "--setuid", str(_NOBODY), "--setgid", str(_NOBODY), "--", *shell]
+        if self._user_netns:
+            assert self._unshare is not None
+            return [self._unshare, "-rn", "--", *shell]
+        return shell
+
+    def run(self, workspace: Workspace, command: str, *, stdin: str | None = None,
+            timeout_s: float | None = None) -> CommandResult:
+        """Run ``command`` with ``bash -c`` in ``workspace``; never raises for the command's
+        own failures (timeouts, kills and quota breaches are reported in the result)."""
+        timeout = self.limits.wall_timeout_s if timeout_s is None else timeout_s
+        before = _list_files(workspace.upper)
+        start = time.perf_counter()
+        try:
+            proc = subprocess.Popen(
+                self._argv(command), stdin=subprocess.PIPE if stdin is not None
+                else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                env=self._environment(workspace), start_new_session=True,
+                cwd=None if self.mode == "overlay" else workspace.upper,
+                preexec_fn=self._preexec(workspace), close_fds=True)
+        except (OSError, subprocess.SubprocessError) as err:
+            return CommandResult(output="", returncode=-1, error=f"sandbox failed: {err}")
+        if stdin is not None and proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.write(stdin.encode())
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        keep = self.limits.capture_bytes // 2
+        head = bytearray()
+        tail = bytearray()
+        total = 0
+        timed_out = quota = False
+        quota_bytes = self.limits.disk_quota_mb * 2**20
+        deadline = start + timeout
+        next_quota = start + 0.2
+        while True:
+            now = time.perf_counter()
+            if now >= deadline:
+                timed_out = True
+                break
+            if now >= next_quota:
+                next_quota = now + 0.2
+                if workspace.own_bytes() > quota_bytes:
+                    quota = True
+                    break
+            ready, _, _ = select.select([fd], [], [], min(0.05, deadline - now))
+            if not ready:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            total += len(chunk)
+            if len(head) < keep:
+                take = keep - len(head)
+                head += chunk[:take]
+                chunk = chunk[take:]
+            if chunk:
+                tail += chunk
+                if len(tail) > keep:
+                    del tail[: len(tail) - keep]
+        if timed_out or quota:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            returncode = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            returncode = proc.wait()
+        proc.stdout.close()
+        if not quota and workspace.own_bytes() > quota_bytes:
+            quota = True
+        if quota:
+            workspace.remove_new(before)
+        elided = max(0, total - len(head) - len(tail))
+        text = head.decode("utf-8", errors="replace")
+        if tail:
+            if elided:
+                text += f"\n[... {elided} bytes of output elided ...]\n"
+            text += tail.decode("utf-8", errors="replace")
+        return CommandResult(output=text, returncode=returncode, timed_out=timed_out,
+                             quota_exceeded=quota, elided_bytes=elided,
+                             seconds=time.perf_counter() - start)
+
+    def close(self) -> None:
+        """Delete every tree this sandbox made."""
+        self._finalizer()
+
+
+@dataclass(eq=False)
+class Workspace:
+    """One branch's working tree: the shared pristine ``base`` plus this branch's changes.
+
+    In overlay mode ``upper`` holds only what the branch created, edited (copied up) or
+    deleted (whiteouts); in copy mode it is a full copy of the tree.
+    """
+
+    sandbox: Sandbox
+    base: Path
+    directory: Path
+    _removed: bool = field(default=False, repr=False)
+
+    @property
+    def upper(self) -> Path:
+        """The directory holding this branch's own files."""
+        return self.directory / "upper"
+
+    @property
+    def path(self) -> str:
+        """The tree's path as commands see it."""
+        if self.sandbox.mode == "overlay":
+            return str(self.sandbox.repo_path)
+        return str(self.upper)
+
+    def fork(self) -> Workspace:
+        """An independent copy: overlay mode copies only the branch's own (edited) files."""
+        child = self.sandbox.workspace(self.base) if self.sandbox.mode != "overlay" else None
+        if child is not None:  # copy mode: replace the fresh copy of base by a copy of ours
+            shutil.rmtree(child.upper)
+            shutil.copytree(self.upper, child.upper, symlinks=True)
+            return child
+        n = next(self.sandbox._counter)
+        directory = self.sandbox.root / "ws" / f"{os.getpid()}-{n}"
+        directory.mkdir()
+        (directory / "work").mkdir()
+        _copy_tree(self.upper, directory / "upper")
+        return Workspace(sandbox=self.sandbox, base=self.base, directory=directory)
+
+    def own_bytes(self) -> int:
+        """Disk space taken by this branch's own files."""
+        return _tree_bytes(self.upper)
+
+    def remove_new(self, before: set[str]) -> None:
+        """Delete entries created since ``before`` (a listing of ``upper``)."""
+        for rel in sorted(_list_files(self.upper) - before, key=len):
+            target = self.upper / rel
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    target.unlink()
+
+    def read_bytes(self, rel: str) -> bytes | None:
+        """Contents of the file at ``rel`` as commands see it; ``None`` if absent, not a
+        regular file, or reached through a symlink (never follows links out of the tree)."""
+        parts = Path(os.path.normpath(rel)).parts
+        if not parts or parts[0] in ("..", "/") or os.path.isabs(rel):
+            return None
+        layers = [self.upper] if self.sandbox.mode != "overlay" else [self.upper, self.base]
+        for layer in layers:
+            current = layer
+            hidden = False
+            for i, part in enumerate(parts):
+                current = current / part
+                try:
+                    st = os.lstat(current)
+                except OSError:
+                    current = None  # type: ignore[assignment]
+                    break
+                if stat.S_ISCHR(st.st_mode):  # whiteout: deleted in this branch
+                    return None
+                if stat.S_ISLNK(st.st_mode):
+                    return None
+                if i < len(parts) - 1 and stat.S_ISDIR(st.st_mode):
+                    with contextlib.suppress(OSError):
+                        if os.getxattr(current, "trusted.overlay.opaque") == b"y":
+                            hidden = True
+            if current is not None and current.is_file():
+                return current.read_bytes()
+            if hidden:
+                return None
+        return None
+
+    def changed_files(self) -> list[str]:
+        """Relative paths of regular files this branch created or edited (content differs from
+        the pristine tree, or new), excluding ``.git``."""
+        out = []
+        for dirpath, dirnames, filenames in os.walk(self.upper):
+            dirnames[:] = [d for d in dirnames if d != ".git"]
+            rel_dir = os.path.relpath(dirpath, self.upper)
+            for name in filenames:
+                rel = os.path.normpath(os.path.join(rel_dir, name))
+                full = Path(dirpath) / name
+                st = os.lstat(full)
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                original = self.base / rel
+                try:
+                    if original.is_file() and not original.is_symlink() \
+                            and original.read_bytes() == full.read_bytes():
+                        continue
+                except OSError:
+                    pass
+                out.append(rel)
+        return sorted(out)
+
+    def fingerprint(self) -> str:
+        """A hash of this branch's own files (equal fingerprints = equal trees)."""
+        digest = hashlib.sha256()
+        for dirpath, dirnames, filenames in sorted(os.walk(self.upper)):
+            dirnames.sort()
+            for name in sorted(filenames):
+                full = Path(dirpath) / name
+                st = os.lstat(full)
+                digest.update(os.path.relpath(full, self.upper).encode() + b"\0")
+                if stat.S_ISREG(st.st_mode):
+                    digest.update(hashlib.sha256(full.read_bytes()).digest())
+                elif stat.S_ISLNK(st.st_mode):
+                    digest.update(os.readlink(full).encode())
+                else:
+                    digest.update(b"special")
+        return digest.hexdigest()
+
+    def remove(self) -> None:
+        """Delete this working tree."""
+        if not self._removed:
+            self._removed = True
+            shutil.rmtree(self.directory, ignore_errors=True)
