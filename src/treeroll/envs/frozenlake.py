@@ -28,6 +28,7 @@ from treeroll.base import StepResult
 
 __all__ = [
     "ACTION_NAMES",
+    "WORD_PATTERN",
     "FrozenLakeConfig",
     "FrozenLakeEnv",
     "distance_to_goal",
@@ -42,6 +43,10 @@ Cell = tuple[int, int]
 
 ACTION_NAMES: tuple[str, ...] = ("Left", "Down", "Right", "Up")
 """Action names in Gymnasium's FrozenLake order (index 0..3)."""
+
+WORD_PATTERN = r"[A-Z][a-z]+|[a-z]+|[A-Z]|\d|\S"
+"""A word split under which :func:`frozenlake_corpus` covers every emitted text: words, single
+capitals (so a RAGEN grid row such as ``G_PO`` splits into cells), single digits and symbols."""
 
 _MOVES: tuple[Cell, ...] = ((0, -1), (1, 0), (0, 1), (-1, 0))  # (row, col) step per action index
 _ACTION_INDEX = {name.lower(): index for index, name in enumerate(ACTION_NAMES)}
@@ -466,7 +471,8 @@ def start_distance(env: FrozenLakeEnv) -> int | None:
 def frozenlake_corpus(config: FrozenLakeConfig, n_seeds: int = 20) -> list[str]:
     """Sample texts for building a word-level vocabulary: the system prompt, observations of
     random-policy episodes (with invalid replies, reminders, every ending), example replies in
-    every action name, and the digits. Deterministic in ``(config, n_seeds)``."""
+    every action name, and the digits. Deterministic in ``(config, n_seeds)``. Every word of
+    every text the environment emits, split by :data:`WORD_PATTERN`, occurs in these texts."""
     rng = np.random.default_rng(0)
     env = FrozenLakeEnv(config)
     texts = [env.system_prompt, _RLLM_REMINDER, _GOAL_TEXT, _HOLE_TEXT, _NO_TURNS_TEXT,
