@@ -1,0 +1,1 @@
+"""Graphs and graph algorithms."""

@@ -1,0 +1,1 @@
+"""Accounts, inventory and pricing."""
