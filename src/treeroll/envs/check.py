@@ -179,6 +179,9 @@ def _check_fork(make_env: Callable[[], Env], seed: int, plan: list[str]) -> None
     env.reset(seed)
     done_head = _run(env, head, f"seed {seed} before the fork")
     fork = env.fork()
+    if fork is env:
+        raise EnvCheckError("fork() returned the environment itself: return an independent copy "
+                            "(e.g. copy.deepcopy(self))")
     fork_outcomes = _run(fork, tail, f"fork of seed {seed}")
     try:
         original_outcomes = done_head + _run(env, tail, f"seed {seed} after the fork")
