@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 
 import numpy as np
@@ -318,14 +319,19 @@ def test_fork_is_independent() -> None:
     rng = np.random.default_rng(1)
     for seed in range(30):
         env = make_reset(seed)
-        env.step("<think></think><answer>Up</answer>") if not env.done else None
+        env.step("<think></think><answer>Up</answer>")
         if env.done:
             continue
-        state = (env.position, env.turn, env.actions_used, env._rng.bit_generator.state)  # type: ignore[union-attr]
+        before = copy.deepcopy(env.__dict__)
         fork = env.fork()
         ragen_outcomes(fork, [fork.example_reply(rng) for _ in range(4)])
-        assert state == (env.position, env.turn, env.actions_used,
-                         env._rng.bit_generator.state)  # type: ignore[union-attr]
+        assert fork.turn > env.turn
+        assert env.__dict__.keys() == before.keys()
+        for name, value in before.items():
+            if name == "_rng":
+                assert env._rng.bit_generator.state == value.bit_generator.state
+            else:
+                assert getattr(env, name) == value, name
 
 
 # ------------------------------------------------------------------------------ helpers

@@ -6,7 +6,7 @@
   replies holding up to 5 actions separated by ``||``, 5 turns and 10 actions in all, -0.1 for a
   turn whose answer held an invalid action.
 
-``docs/design/ENVIRONMENTS.md`` lists the facts each convention follows; a success rate is only
+The design notes (ENVIRONMENTS.md) list the facts each convention follows; a success rate is only
 comparable with a paper's when it was measured on the same convention.
 
 Every text the environment emits is built from a small fixed set of words, punctuation and
