@@ -131,7 +131,7 @@ def _libc() -> ctypes.CDLL | None:
 
 def _mount_points() -> list[tuple[str, str, bool]]:
     """``(mount point, fs type, read_only)`` of every mount, from ``/proc/self/mountinfo``."""
-    out = []
+    out: list[tuple[str, str, bool]] = []
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
@@ -339,7 +339,7 @@ class Sandbox:
 
     # -- trees -------------------------------------------------------------------------------
 
-    def base(self, key: str, build: Callable[[Path], None]) -> Path:
+    def base(self, key: str, build: Callable[[Path], None], *, git: bool = True) -> Path:
         """The pristine tree named ``key``, built once by ``build(directory)`` and cached.
 
         The tree becomes a git repository with one commit (so agents can ``git diff``) and
@@ -353,11 +353,11 @@ class Sandbox:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         build(tmp)
-        if shutil.which("git") and not (tmp / ".git").exists():
-            git = ["git", "-c", "user.name=treeroll", "-c", "user.email=treeroll@localhost",
+        if git and shutil.which("git") and not (tmp / ".git").exists():
+            git_cmd = ["git", "-c", "user.name=treeroll", "-c", "user.email=treeroll@localhost",
                    "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false"]
             for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "base"]):
-                subprocess.run(git + args, cwd=tmp, capture_output=True, check=False,
+                subprocess.run(git_cmd + args, cwd=tmp, capture_output=True, check=False,
                                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
                                     "HOME": str(tmp), "GIT_CONFIG_NOSYSTEM": "1"})
         self._own(tmp)
@@ -597,6 +597,30 @@ class Workspace:
             else:
                 with contextlib.suppress(OSError):
                     target.unlink()
+
+    def restore(self, rel: str) -> None:
+        """Put ``rel`` (a file or directory) back as it is in the pristine tree."""
+        parts = Path(os.path.normpath(rel)).parts
+        if not parts or parts[0] == ".." or os.path.isabs(rel):
+            raise ValueError(f"not a path inside the tree: {rel!r}")
+        current = self.upper
+        for part in parts[:-1]:  # a deleted or replaced parent hides the pristine one
+            current = current / part
+            if os.path.lexists(current) and not (current.is_dir() and not current.is_symlink()):
+                current.unlink()
+        target = self.upper.joinpath(*parts)
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        elif os.path.lexists(target):
+            target.unlink()
+        source = self.base.joinpath(*parts)
+        if self.sandbox.mode == "overlay" or not os.path.lexists(source):
+            return  # overlay: removing our copy reveals the pristine one below
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, symlinks=True)
+        else:
+            shutil.copy2(source, target, follow_symlinks=False)
 
     def read_bytes(self, rel: str) -> bytes | None:
         """Contents of the file at ``rel`` as commands see it; ``None`` if absent, not a

@@ -1,0 +1,551 @@
+"""A forkable coding-agent environment over SWE tasks, in mini-swe-agent's or SWE-agent's
+action convention.
+
+``convention="mini"`` (mini-swe-agent): every reply holds exactly one fenced ```bash block
+with one command; edits happen through shell commands; a command whose output's first line is
+``COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` submits. A JSON tool call
+``{"name": "bash", "arguments"|"parameters": {"command": ...}}`` is accepted too.
+
+``convention="swe_agent"`` (SWE-agent): one fenced block (or one ``<tool_call>`` JSON) holding
+``str_replace_editor view|create|str_replace|insert|undo_edit PATH [--old_str S] [--new_str S]
+[--file_text S] [--insert_line N] [--view_range A B]`` (shell quoting), ``submit``, or any
+other bash command.
+
+Reward: 1.0 on the submitting step if every FAIL_TO_PASS and PASS_TO_PASS test passes in a
+fresh copy of the submitted tree with the task's tests restored, else 0.0. The step limit
+truncates (reward 0, not evaluated), so does the consecutive format-error limit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import weakref
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from treeroll.base import StepResult
+from treeroll.envs.swe.sandbox import CommandResult, Sandbox, SandboxLimits, Workspace
+from treeroll.envs.swe.tasks import SWETask, TaskSet, builtin_tasks, evaluate
+
+__all__ = ["SUBMIT_SENTINEL", "ParsedAction", "SWEEnv", "SWEEnvConfig", "make_swe_env",
+           "parse_action"]
+
+SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+"""mini-swe-agent's submit marker: a command whose output starts with it ends the task."""
+
+_CONVENTIONS = ("mini", "swe_agent")
+_EDITOR_COMMANDS = ("view", "create", "str_replace", "insert", "undo_edit")
+
+
+@dataclass(frozen=True)
+class SWEEnvConfig:
+    """Settings of :class:`SWEEnv` (limits of the sandbox are in ``limits``)."""
+
+    convention: str = "mini"
+    """``"mini"`` (one bash block per reply) or ``"swe_agent"`` (str_replace_editor + submit)."""
+    step_limit: int = 30
+    """Replies per episode; the episode is truncated (reward 0) when it is reached."""
+    command_timeout_s: float = 30.0
+    """Wall-clock limit of one command."""
+    max_format_errors: int = 3
+    """Consecutive unparsable replies that truncate the episode."""
+    output_limit_chars: int = 10_000
+    """Longer outputs are shown as head and tail with the number of elided characters."""
+    eval_timeout_s: float = 120.0
+    """Wall-clock limit of the final test run."""
+    temp_root: str | None = None
+    """Where working trees live (default: the system temporary directory)."""
+    isolation: str = "auto"
+    """Sandbox mode: ``"auto"``, ``"overlay"`` or ``"copy"`` (see ``sandbox.py``)."""
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
+    """Per-command resource limits (the wall timeout is ``command_timeout_s``)."""
+
+    def __post_init__(self) -> None:
+        if self.convention not in _CONVENTIONS:
+            raise ValueError(f"convention must be one of {_CONVENTIONS}, got {self.convention!r}")
+        if self.step_limit < 1 or self.max_format_errors < 1:
+            raise ValueError("step_limit and max_format_errors must be >= 1")
+        if self.command_timeout_s <= 0 or self.eval_timeout_s <= 0:
+            raise ValueError("timeouts must be > 0 seconds")
+        if self.output_limit_chars < 100:
+            raise ValueError("output_limit_chars must be >= 100 so that an observation says "
+                             "something")
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing replies
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParsedAction:
+    """What a reply asks for: ``kind`` is ``bash``, ``editor``, ``submit`` or ``error``."""
+
+    kind: str
+    command: str = ""
+    arguments: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+
+
+_BASH_BLOCK = re.compile(r"```bash\s*\n(.*?)\n```", re.DOTALL)
+_ANY_BLOCK = re.compile(r"```[ \t]*([\w-]*)[ \t]*\n(.*?)\n?```", re.DOTALL)
+_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+
+
+def _tool_call(text: str) -> dict[str, Any] | None:
+    try:
+        call = json.loads(text)
+    except (json.JSONDecodeError, ValueError):
+        return None
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        return None
+    args = call.get("arguments", call.get("parameters", {}))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            return None
+    return {"name": call["name"], "arguments": args if isinstance(args, dict) else {}}
+
+
+def _from_tool_call(call: dict[str, Any], convention: str) -> ParsedAction:
+    name, args = call["name"], call["arguments"]
+    if name == "bash" and isinstance(args.get("command"), str):
+        return ParsedAction("bash", command=args["command"])
+    if convention == "swe_agent" and name == "submit":
+        return ParsedAction("submit")
+    if convention == "swe_agent" and name == "str_replace_editor":
+        return _editor_arguments(args)
+    allowed = "bash" if convention == "mini" else "bash, str_replace_editor, submit"
+    return ParsedAction("error", error=f"Unknown tool {name!r} or bad arguments; tools: {allowed}.")
+
+
+def _editor_arguments(args: dict[str, Any]) -> ParsedAction:
+    command = args.get("command")
+    if command not in _EDITOR_COMMANDS or not isinstance(args.get("path"), str):
+        return ParsedAction("error", error="str_replace_editor needs a command (one of "
+                            f"{', '.join(_EDITOR_COMMANDS)}) and a path.")
+    return ParsedAction("editor", command=str(command), arguments=dict(args))
+
+
+def _parse_editor_line(text: str) -> ParsedAction:
+    try:
+        tokens = shlex.split(text, posix=True)
+    except ValueError as err:
+        return ParsedAction("error", error=f"Could not parse the str_replace_editor call ({err}); "
+                            "quote multi-line arguments with single quotes.")
+    if len(tokens) < 3:
+        return ParsedAction("error", error="Usage: str_replace_editor <command> <path> "
+                            "[--old_str S] [--new_str S] [--file_text S] [--insert_line N] "
+                            "[--view_range A B]")
+    args: dict[str, Any] = {"command": tokens[1], "path": tokens[2]}
+    rest = tokens[3:]
+    i = 0
+    while i < len(rest):
+        flag = rest[i]
+        if flag == "--view_range":
+            try:
+                args["view_range"] = [int(rest[i + 1]), int(rest[i + 2])]
+            except (ValueError, IndexError):
+                return ParsedAction("error", error="--view_range takes two integers")
+            i += 3
+            continue
+        if flag in ("--old_str", "--new_str", "--file_text", "--insert_line") and i + 1 < len(rest):
+            args[flag[2:]] = rest[i + 1]
+            i += 2
+            continue
+        return ParsedAction("error", error=f"Unknown or incomplete argument {flag!r}.")
+    if "insert_line" in args:
+        try:
+            args["insert_line"] = int(args["insert_line"])
+        except ValueError:
+            return ParsedAction("error", error="--insert_line takes an integer")
+    return _editor_arguments(args)
+
+
+def parse_action(text: str, convention: str) -> ParsedAction:
+    """Parse one model reply; never raises (an unparsable reply is ``kind="error"``)."""
+    calls = [c for c in (_tool_call(m) for m in _TOOL_CALL.findall(text)) if c is not None]
+    if convention == "mini":
+        blocks = _BASH_BLOCK.findall(text)
+        if len(blocks) == 1 and not calls:
+            return ParsedAction("bash", command=blocks[0].strip())
+        if not blocks and len(calls) == 1:
+            return _from_tool_call(calls[0], convention)
+        return ParsedAction("error", error=(
+            f"Please always provide EXACTLY ONE action in triple backticks, found "
+            f"{len(blocks) + len(calls)} actions.\nIf you want to end the task, please issue "
+            f"the following command: `echo {SUBMIT_SENTINEL}`\nwithout any other command."))
+    blocks = _ANY_BLOCK.findall(text)
+    if len(calls) == 1 and not blocks:
+        return _from_tool_call(calls[0], convention)
+    if len(blocks) == 1 and not calls:
+        language, body = blocks[0]
+        body = body.strip()
+        if language == "json" and (call := _tool_call(body)) is not None:
+            return _from_tool_call(call, convention)
+        if body == "submit":
+            return ParsedAction("submit")
+        if body.startswith("str_replace_editor"):
+            return _parse_editor_line(body)
+        if body:
+            return ParsedAction("bash", command=body)
+    return ParsedAction("error", error=(
+        f"Your reply must contain exactly one action (found {len(blocks) + len(calls)}): one "
+        "fenced code block holding a bash command, a `str_replace_editor ...` call, or "
+        "`submit`."))
+
+
+# --------------------------------------------------------------------------------------------
+# The editor tool (runs inside the sandbox, stdlib only; arguments arrive as JSON on stdin)
+# --------------------------------------------------------------------------------------------
+
+_EDITOR_SCRIPT = r'''
+import json, os, sys
+a = json.loads(sys.stdin.read())
+cmd, path = a["command"], a["path"]
+out = {"ok": False, "previous": None, "output": ""}
+def numbered(text, start=1):
+    return "\n".join(f"{i:6}\t{line}" for i, line in enumerate(text.split("\n"), start))
+def snippet(text, line, extra=4):
+    lines = text.split("\n")
+    lo = max(0, line - extra - 1)
+    return numbered("\n".join(lines[lo:line + extra]), lo + 1)
+def done(msg, ok=True, previous=None):
+    out.update(output=msg, ok=ok, previous=previous)
+    print(json.dumps(out)); sys.exit(0)
+try:
+    if cmd == "write":  # undo support
+        if a["content"] is None:
+            os.remove(path)
+        else:
+            open(path, "w").write(a["content"])
+        done("ok")
+    if cmd == "create":
+        if os.path.exists(path):
+            done(f"File already exists at: {path}. Cannot overwrite files using command "
+                 "`create`.", False)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        open(path, "w").write(a.get("file_text", ""))
+        done(f"File created successfully at: {path}", True, None)
+    if not os.path.exists(path):
+        done(f"The path {path} does not exist. Please provide a valid path.", False)
+    if os.path.isdir(path):
+        if cmd != "view":
+            done(f"The path {path} is a directory and only the `view` command can be used on "
+                 "directories.", False)
+        items = []
+        for root, dirs, files in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            depth = os.path.relpath(root, path).count(os.sep)
+            if depth >= 1:
+                dirs[:] = []
+            for name in sorted(dirs + [f for f in files if not f.startswith(".")]):
+                items.append(os.path.join(root, name))
+        done(f"Here's the files and directories up to 2 levels deep in {path}, excluding "
+             "hidden items:\n" + "\n".join([path] + items))
+    text = open(path).read()
+    if cmd == "view":
+        lines = text.split("\n")
+        lo, hi = 1, len(lines)
+        if a.get("view_range"):
+            lo, hi = a["view_range"]
+            hi = len(lines) if hi == -1 else hi
+            if not 1 <= lo <= len(lines) or hi < lo:
+                done(f"Invalid view_range {a['view_range']}: the file has {len(lines)} lines.",
+                     False)
+        done(f"Here's the result of running `cat -n` on {path}:\n"
+             + numbered("\n".join(lines[lo - 1:hi]), lo))
+    if cmd == "str_replace":
+        old, new = a.get("old_str"), a.get("new_str", "")
+        if not old:
+            done("Parameter `old_str` is required for command: str_replace", False)
+        count = text.count(old)
+        if count == 0:
+            done(f"No replacement was performed, old_str `{old}` did not appear verbatim in "
+                 f"{path}.", False)
+        if count > 1:
+            lines = [i + 1 for i, line in enumerate(text.split("\n")) if old.split("\n")[0] in line]
+            done(f"No replacement was performed. Multiple occurrences of old_str `{old}` in "
+                 f"lines {lines}. Please ensure it is unique", False)
+        line = text.split(old)[0].count("\n") + 1
+        updated = text.replace(old, new)
+        open(path, "w").write(updated)
+        done(f"The file {path} has been edited. Here's the result of running `cat -n` on a "
+             f"snippet of {path}:\n" + snippet(updated, line + new.count("\n"))
+             + "\nReview the changes and make sure they are as expected. Edit the file again "
+             "if necessary.", True, text)
+    if cmd == "insert":
+        at, new = a.get("insert_line"), a.get("new_str")
+        lines = text.split("\n")
+        if new is None or not isinstance(at, int) or not 0 <= at <= len(lines):
+            done(f"Invalid `insert_line` parameter: {at}. It should be within the range of "
+                 f"lines of the file: [0, {len(lines)}]", False)
+        updated = "\n".join(lines[:at] + new.split("\n") + lines[at:])
+        open(path, "w").write(updated)
+        done(f"The file {path} has been edited. Here's the result of running `cat -n` on a "
+             f"snippet of the edited file:\n" + snippet(updated, at + 1)
+             + "\nReview the changes and make sure they are as expected (correct indentation, "
+             "no duplicate lines, etc). Edit the file again if necessary.", True, text)
+    done(f"Unknown command {cmd}", False)
+except (OSError, UnicodeDecodeError) as err:
+    done(f"Error: {err}", False)
+'''
+
+
+# --------------------------------------------------------------------------------------------
+# The environment
+# --------------------------------------------------------------------------------------------
+
+_MINI_SYSTEM = f"""You are a helpful assistant that can interact with a computer shell to solve \
+programming tasks.
+Your response must contain exactly ONE bash code block with ONE command (or commands connected \
+with && or ||). Include a THOUGHT section before your command explaining your reasoning.
+Format your response as shown:
+
+THOUGHT: Your reasoning and analysis here
+
+```bash
+your_command_here
+```
+
+Each command runs in a new subshell in the repository; directory or environment changes are \
+not persistent. There is no network. Edit files with shell commands (sed, cat <<'EOF', python). \
+When you are done, submit with exactly: echo {SUBMIT_SENTINEL}"""
+
+_SWE_AGENT_SYSTEM = """You are a software engineering agent working in a repository through \
+tools. Reply with a short thought followed by exactly ONE fenced code block holding ONE action:
+- a bash command, e.g. ```\ngrep -rn "def parse" .\n```
+- str_replace_editor <view|create|str_replace|insert|undo_edit> <path> [--old_str 'S'] \
+[--new_str 'S'] [--file_text 'S'] [--insert_line N] [--view_range A B]  (shell quoting; \
+multi-line strings in single quotes)
+- submit  (when the fix is complete)
+A JSON tool call <tool_call>{"name": ..., "arguments": {...}}</tool_call> is accepted instead \
+of a code block. There is no network."""
+
+
+class SWEEnv:
+    """A coding task in a sandboxed working tree; implements :class:`treeroll.base.Env`.
+
+    ``fork()`` shares the task set, configuration and sandbox and copies the working tree
+    (only the branch's edited files in overlay mode), the counters and the undo history.
+    Working trees are deleted by :meth:`close` or when the environment is garbage collected.
+    """
+
+    def __init__(self, tasks: TaskSet | None = None, config: SWEEnvConfig | None = None, *,
+                 sandbox: Sandbox | None = None) -> None:
+        self.tasks = tasks if tasks is not None else builtin_tasks()
+        self.config = config or SWEEnvConfig()
+        if sandbox is None:
+            sandbox = Sandbox(self.config.temp_root, self.config.limits,
+                              isolation=self.config.isolation)
+        self.sandbox = sandbox
+        self.system_prompt = (_MINI_SYSTEM if self.config.convention == "mini"
+                              else _SWE_AGENT_SYSTEM)
+        self.task: SWETask | None = None
+        self.workspace: Workspace | None = None
+        self.steps = 0
+        self.format_errors = 0
+        """Format errors so far in the episode (all of them, not only consecutive ones)."""
+        self.consecutive_format_errors = 0
+        self.history: list[str] = []
+        """Every parsed action of the episode as text (``bash: ...``, ``editor: ...``)."""
+        self.done = False
+        self.success = False
+        self.submitted = False
+        """True once the agent submitted (the episode then ended)."""
+        self._undo: dict[str, list[str | None]] = {}
+        self._finalizer: weakref.finalize | None = None
+
+    # -- Env protocol ------------------------------------------------------------------------
+
+    def reset(self, seed: int) -> str:
+        """Start the task ``tasks.for_seed(seed)`` in a fresh working tree."""
+        self._drop_workspace()
+        self.task = self.tasks.for_seed(seed)
+        base = self.sandbox.base(f"task:{self.task.task_id}", self.task.build)
+        self._set_workspace(self.sandbox.workspace(base))
+        self.steps = self.format_errors = self.consecutive_format_errors = 0
+        self.history = []
+        self.done = self.success = self.submitted = False
+        self._undo = {}
+        assert self.workspace is not None
+        where = self.workspace.path
+        if self.config.convention == "mini":
+            return (f"<pr_description>\nTask {self.task.task_id}. Consider the following PR "
+                    f"description:\n{self.task.problem_statement}\n</pr_description>\n\n"
+                    f"The repository is checked out at {where} (your working directory). Make "
+                    "changes to non-test files so that the issue is resolved, then submit with "
+                    f"`echo {SUBMIT_SENTINEL}`.")
+        return (f"<uploaded_files>\n{where}\n</uploaded_files>\nTask {self.task.task_id}. "
+                f"I've uploaded a python code repository in the directory {where}. Consider the "
+                f"following issue:\n<issue>\n{self.task.problem_statement}\n</issue>\n\n"
+                "Make the minimal changes to non-test files needed to resolve the issue, then "
+                "call `submit`.")
+
+    def step(self, action: str) -> StepResult:
+        """Run one reply: a command, an editor call, a submission, or a format error."""
+        if self.done or self.workspace is None or self.task is None:
+            return ("The episode has ended; call reset().", 0.0, True, False,
+                    {"success": self.success, "format_error": False})
+        try:
+            parsed = parse_action(action if isinstance(action, str) else str(action),
+                                  self.config.convention)
+        except Exception as err:  # never raise on model text
+            parsed = ParsedAction("error", error=f"Could not parse the reply: {err}")
+        self.steps += 1
+        info: dict[str, Any] = {"success": False, "format_error": parsed.kind == "error",
+                                "action_kind": parsed.kind, "steps": self.steps}
+        if parsed.kind == "error":
+            self.format_errors += 1
+            self.consecutive_format_errors += 1
+            info["format_errors"] = self.format_errors
+            truncated = (self.consecutive_format_errors >= self.config.max_format_errors
+                         or self.steps >= self.config.step_limit)
+            if truncated:
+                self.done = True
+                info["stop_reason"] = "format_errors" if self.consecutive_format_errors \
+                    >= self.config.max_format_errors else "step_limit"
+            return parsed.error, 0.0, False, truncated, info
+        self.consecutive_format_errors = 0
+        if parsed.kind == "submit":
+            self.history.append("submit")
+            return self._submit(info, "Submitted.")
+        if parsed.kind == "editor":
+            self.history.append(f"editor: {json.dumps(parsed.arguments, sort_keys=True)}")
+            observation = self._editor(parsed.arguments)
+        else:
+            self.history.append(f"bash: {parsed.command}")
+            result = self.sandbox.run(self.workspace, parsed.command,
+                                      timeout_s=self.config.command_timeout_s)
+            info.update(returncode=result.returncode, timed_out=result.timed_out,
+                        quota_exceeded=result.quota_exceeded, command_seconds=result.seconds)
+            if self.config.convention == "mini" and \
+                    result.output.lstrip().splitlines()[:1] == [SUBMIT_SENTINEL]:
+                return self._submit(info, result.output.lstrip()[len(SUBMIT_SENTINEL):].strip())
+            observation = self._format(parsed.command, result)
+        truncated = self.steps >= self.config.step_limit
+        if truncated:
+            self.done = True
+            info["stop_reason"] = "step_limit"
+        return observation, 0.0, False, truncated, info
+
+    def fork(self) -> SWEEnv:
+        """An independent copy that continues exactly as this environment would."""
+        child = SWEEnv(self.tasks, self.config, sandbox=self.sandbox)
+        child.task = self.task
+        if self.workspace is not None:
+            child._set_workspace(self.workspace.fork())
+        child.steps, child.format_errors = self.steps, self.format_errors
+        child.consecutive_format_errors = self.consecutive_format_errors
+        child.history = list(self.history)
+        child.done, child.success, child.submitted = self.done, self.success, self.submitted
+        child._undo = {path: list(stack) for path, stack in self._undo.items()}
+        return child
+
+    def close(self) -> None:
+        """Delete this environment's working tree (the shared sandbox stays for its forks)."""
+        self._drop_workspace()
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _set_workspace(self, workspace: Workspace) -> None:
+        self.workspace = workspace
+        self._finalizer = weakref.finalize(self, workspace.remove)
+
+    def _drop_workspace(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer()
+        self._finalizer = None
+        self.workspace = None
+
+    def _submit(self, info: dict[str, Any], message: str) -> StepResult:
+        assert self.workspace is not None and self.task is not None
+        results = evaluate(self.sandbox, self.workspace, self.task,
+                           timeout_s=self.config.eval_timeout_s)
+        self.success = bool(results) and all(results.values())
+        self.done = self.submitted = True
+        info.update(success=self.success, submitted=True,
+                    tests_passed=sum(results.values()), tests_total=len(results))
+        verdict = "all target tests pass" if self.success else \
+            f"{len(results) - sum(results.values())} of {len(results)} target tests fail"
+        return (f"{message}\nSubmission evaluated: {verdict}.", float(self.success), True,
+                False, info)
+
+    def _editor(self, arguments: dict[str, Any]) -> str:
+        assert self.workspace is not None
+        args = dict(arguments)
+        path = str(args["path"])
+        if args["command"] == "undo_edit":
+            stack = self._undo.get(path)
+            if not stack:
+                return f"No edit history found for {path}."
+            previous = stack.pop()
+            reply = self._run_editor({"command": "write", "path": path, "content": previous})
+            return f"Last edit to {path} undone successfully." if reply.get("ok") else \
+                str(reply.get("output", "undo failed"))
+        reply = self._run_editor(args)
+        if reply.get("ok") and args["command"] in ("create", "str_replace", "insert"):
+            self._undo.setdefault(path, []).append(reply.get("previous"))
+        return str(reply.get("output", ""))
+
+    def _run_editor(self, args: dict[str, Any]) -> dict[str, Any]:
+        assert self.workspace is not None
+        result = self.sandbox.run(self.workspace, f"python -I -S -c {shlex.quote(_EDITOR_SCRIPT)}",
+                                  stdin=json.dumps(args), timeout_s=self.config.command_timeout_s)
+        try:
+            reply = json.loads(result.output.strip().splitlines()[-1])
+            return reply if isinstance(reply, dict) else {"output": str(reply)}
+        except (json.JSONDecodeError, IndexError):
+            return {"ok": False, "output": f"str_replace_editor failed: {result.output[-500:]}"
+                    + (" (timed out)" if result.timed_out else "")}
+
+    def _format(self, command: str, result: CommandResult) -> str:
+        limit = self.config.output_limit_chars
+        output = result.output
+        if result.error:
+            return f"The sandbox could not run the command: {result.error}"
+        notes = []
+        if result.timed_out:
+            notes.append(f"The command timed out after {self.config.command_timeout_s:g} s and "
+                         "was killed with everything it started. Avoid commands that wait for "
+                         "input or run forever.")
+        if result.quota_exceeded:
+            notes.append(f"The command exceeded the working tree's disk quota "
+                         f"({self.sandbox.limits.disk_quota_mb} MB) and was killed; the files it "
+                         "created were deleted.")
+        if result.returncode < 0 and not result.timed_out and not result.quota_exceeded:
+            notes.append(f"The command was killed by signal {-result.returncode} (resource "
+                         "limits: CPU time, memory, processes, file size).")
+        elided = result.elided_bytes
+        if len(output) > limit or elided:
+            half = limit // 2
+            elided += max(0, len(output) - 2 * half)
+            body = (f"<warning>\nThe output of your last command was too long.\nPlease try a "
+                    f"different command that produces less output.\n</warning>\n"
+                    f"<output_head>\n{output[:half]}\n</output_head>\n<elided_chars>\n"
+                    f"{elided} characters elided\n</elided_chars>\n<output_tail>\n"
+                    f"{output[-half:]}\n</output_tail>")
+        else:
+            body = f"<output>\n{output}</output>"
+        head = "\n".join(f"<warning>{note}</warning>" for note in notes)
+        return (head + "\n" if head else "") + \
+            f"<returncode>{result.returncode}</returncode>\n{body}"
+
+
+def make_swe_env(convention: str = "mini", tasks: TaskSet | None = None, *,
+                 sandbox: Sandbox | None = None, **settings: Any) -> SWEEnv:
+    """Build an :class:`SWEEnv`; ``settings`` are :class:`SWEEnvConfig` fields or
+    :class:`SandboxLimits` fields (e.g. ``step_limit=20, memory_mb=1024``)."""
+    config_names = {f.name for f in fields(SWEEnvConfig)}
+    limit_names = {f.name for f in fields(SandboxLimits)}
+    unknown = set(settings) - config_names - limit_names
+    if unknown:
+        raise TypeError(f"unknown settings {sorted(unknown)}; valid: "
+                        f"{sorted(config_names | limit_names)}")
+    limits = SandboxLimits(**{k: v for k, v in settings.items() if k in limit_names})
+    config = SWEEnvConfig(convention=convention, limits=limits,
+                          **{k: v for k, v in settings.items() if k in config_names})
+    return SWEEnv(tasks, config, sandbox=sandbox)

@@ -1,0 +1,599 @@
+"""SWE tasks: bug-fix tasks generated here by AST mutation (SWE-smith style), and a loader for
+SWE-bench-format JSONL instances checked out by the user.
+
+A generated task is one of the small projects shipped in ``treeroll/data/swe_projects/`` with
+one mutation applied (a swapped operator, an off-by-one constant, a negated condition, a wrong
+variable, a dropped statement, a flipped boolean, swapped arguments). A mutation is kept when
+at least one test then fails and every other test still runs (no collection error); the
+failing tests become ``FAIL_TO_PASS``, the rest ``PASS_TO_PASS``, and the problem statement is
+written from the failing tests' output. Generation is deterministic in its seed.
+
+Validating mutants costs one pytest run each, so the validated tasks are shipped as a small
+index (``treeroll/data/swe_tasks/index.json``) and rebuilt on demand. Re-check them with::
+
+    python -m treeroll.envs.swe.tasks --validate-all        # every shipped task
+    python -m treeroll.envs.swe.tasks --generate 240 --seed 0 --out index.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import json
+import random
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from treeroll.envs.swe.sandbox import Sandbox, Workspace
+
+__all__ = [
+    "DEFAULT_TEST_COMMAND",
+    "Edit",
+    "Mutation",
+    "SWETask",
+    "TaskSet",
+    "builtin_tasks",
+    "evaluate",
+    "generate_tasks",
+    "load_swebench_jsonl",
+    "mutation_sites",
+    "parse_pytest_report",
+    "project_names",
+    "validate_task",
+]
+
+DEFAULT_TEST_COMMAND = "python -m pytest -rA -q --tb=short -p no:cacheprovider {tests}"
+"""How tests run (``{tests}``: the shell-quoted test ids, empty for the whole suite)."""
+
+_PROJECTS_DIR = "swe_projects"
+_INDEX = ("swe_tasks", "index.json")
+
+
+def _data_dir() -> Path:
+    return Path(str(resources.files("treeroll"))) / "data"
+
+
+def project_names() -> list[str]:
+    """Names of the shipped projects."""
+    return sorted(p.name for p in (_data_dir() / _PROJECTS_DIR).iterdir() if p.is_dir())
+
+
+def _copy_project(project: str, dest: Path) -> None:
+    source = _data_dir() / _PROJECTS_DIR / project
+    if not source.is_dir():
+        raise KeyError(f"unknown project {project!r}; shipped: {project_names()}")
+    shutil.copytree(source, dest, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
+
+
+# --------------------------------------------------------------------------------------------
+# Mutations
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """Replace the source span ``[line:col, line:end_col)`` (1-based line, 0-based columns,
+    one line) of ``file`` holding ``original`` by ``replacement``."""
+
+    file: str
+    line: int
+    col: int
+    end_col: int
+    original: str
+    replacement: str
+    kind: str
+
+    def apply(self, source: str) -> str:
+        """The mutated source (``ValueError`` if the span does not hold ``original``)."""
+        return self._swap(source, self.original, self.replacement)
+
+    def revert(self, source: str) -> str:
+        """Undo :meth:`apply`."""
+        return self._swap(source, self.replacement, self.original)
+
+    def _swap(self, source: str, old: str, new: str) -> str:
+        lines = source.splitlines(keepends=True)
+        text = lines[self.line - 1]
+        if text[self.col:self.col + len(old)] != old:
+            raise ValueError(f"{self.file}:{self.line} does not hold {old!r}")
+        lines[self.line - 1] = text[:self.col] + new + text[self.col + len(old):]
+        return "".join(lines)
+
+
+_BINOP_SWAPS: dict[type, type] = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.FloorDiv,
+                                  ast.Div: ast.Mult, ast.FloorDiv: ast.Div, ast.Mod: ast.FloorDiv,
+                                  ast.Pow: ast.Mult}
+_CMP_SWAPS: dict[type, type] = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE,
+                                ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
+                                ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot,
+                                ast.IsNot: ast.Is}
+
+
+def _local_names(function: ast.AST) -> list[str]:
+    names: set[str] = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return sorted(names - {"self", "cls", "_"})
+
+
+def mutation_sites(source: str, file: str) -> list[Mutation]:
+    """Every single-line mutation of ``source``, in a deterministic order."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    out: list[Mutation] = []
+
+    def add(node: ast.AST, replacement_node: ast.AST | None, kind: str,
+            replacement: str | None = None) -> None:
+        line = getattr(node, "lineno", None)
+        if line is None or node.end_lineno != line:  # type: ignore[attr-defined]
+            return
+        col, end = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+        original = lines[line - 1].encode()[col:end].decode()  # AST offsets are in bytes
+        char_col = len(lines[line - 1].encode()[:col].decode())
+        text = replacement if replacement is not None else ast.unparse(replacement_node or node)
+        if text != original:
+            out.append(Mutation(file, line, char_col, char_col + len(original), original, text,
+                                kind))
+
+    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+    owner: dict[int, list[str]] = {}
+    for function in functions:
+        names = _local_names(function)
+        for node in ast.walk(function):
+            owner[id(node)] = names
+    docstrings = {id(n.body[0]) for n in ast.walk(tree)
+                  if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.Module)) and n.body
+                  and isinstance(n.body[0], ast.Expr)
+                  and isinstance(n.body[0].value, ast.Constant)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOP_SWAPS:
+            mutated: Any = copy.deepcopy(node)
+            mutated.op = _BINOP_SWAPS[type(node.op)]()
+            add(node, mutated, "swap_operator")
+        elif isinstance(node, ast.Compare):
+            for i, op in enumerate(node.ops):
+                if type(op) in _CMP_SWAPS:
+                    mutated = copy.deepcopy(node)
+                    mutated.ops[i] = _CMP_SWAPS[type(op)]()
+                    add(node, mutated, "swap_operator")
+        elif isinstance(node, ast.BoolOp):
+            mutated = copy.deepcopy(node)
+            mutated.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
+            add(node, mutated, "swap_operator")
+        elif isinstance(node, ast.AugAssign) and type(node.op) in (ast.Add, ast.Sub):
+            mutated = copy.deepcopy(node)
+            mutated.op = ast.Sub() if isinstance(node.op, ast.Add) else ast.Add()
+            add(node, mutated, "swap_operator")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, bool):
+            add(node, None, "flip_boolean", repr(not node.value))
+        elif isinstance(node, ast.Constant) and type(node.value) is int:
+            add(node, None, "off_by_one", repr(node.value + 1))
+            if node.value > 0:
+                add(node, None, "off_by_one", repr(node.value - 1))
+        elif isinstance(node, (ast.If, ast.While, ast.IfExp)):
+            test = node.test
+            add(test, None, "negate_condition", f"not ({ast.unparse(test)})")
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and id(node) in owner:
+            others = [n for n in owner[id(node)] if n != node.id]
+            if node.id in owner[id(node)] and others:
+                choice = others[(node.lineno + node.col_offset) % len(others)]
+                add(node, None, "wrong_variable", choice)
+        elif isinstance(node, ast.Call) and len(node.args) >= 2 \
+                and not any(isinstance(a, ast.Starred) for a in node.args[:2]):
+            mutated = copy.deepcopy(node)
+            mutated.args[0], mutated.args[1] = mutated.args[1], mutated.args[0]
+            add(node, mutated, "swap_arguments")
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.Expr, ast.Return)) \
+                and id(node) not in docstrings and id(node) in owner:
+            add(node, None, "drop_statement", "pass")
+    out.sort(key=lambda m: (m.file, m.line, m.col, m.kind, m.replacement))
+    valid = []
+    for mutation in out:
+        try:
+            ast.parse(mutation.apply(source))
+        except (SyntaxError, ValueError):
+            continue
+        valid.append(mutation)
+    return valid
+
+
+# --------------------------------------------------------------------------------------------
+# Tasks
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace the unique occurrence of ``old`` in ``file`` by ``new``."""
+
+    file: str
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class SWETask:
+    """A working tree, a problem statement, and the tests that decide the reward.
+
+    ``build(directory)`` writes the task's starting tree. Before evaluation the paths in
+    ``test_paths`` are restored from the starting tree (an agent cannot pass by editing tests)
+    and ``eval_patch`` (SWE-bench's test patch) is applied. The reference fix is ``fix_edits``
+    (generated tasks) or ``reference_patch`` (a unified diff, SWE-bench's gold patch).
+    """
+
+    task_id: str
+    problem_statement: str
+    fail_to_pass: tuple[str, ...]
+    pass_to_pass: tuple[str, ...]
+    build: Callable[[Path], None] = field(repr=False, compare=False)
+    buggy_files: tuple[str, ...] = ()
+    test_paths: tuple[str, ...] = ()
+    eval_patch: str = ""
+    reference_patch: str = ""
+    fix_edits: tuple[Edit, ...] = ()
+    test_command: str = DEFAULT_TEST_COMMAND
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+
+class TaskSet(Sequence[SWETask]):
+    """An ordered collection of tasks; ``reset(seed)`` uses ``tasks.for_seed(seed)``."""
+
+    def __init__(self, tasks: Sequence[SWETask]) -> None:
+        if not tasks:
+            raise ValueError("a task set needs at least one task")
+        self._tasks = list(tasks)
+        self._by_id = {t.task_id: t for t in self._tasks}
+        if len(self._by_id) != len(self._tasks):
+            raise ValueError("task ids must be unique")
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._tasks[index]
+
+    def __iter__(self) -> Iterator[SWETask]:
+        return iter(self._tasks)
+
+    def for_seed(self, seed: int) -> SWETask:
+        """The task a seed selects (``seed mod len``)."""
+        return self._tasks[seed % len(self._tasks)]
+
+    def by_id(self, task_id: str) -> SWETask:
+        """Look a task up by id."""
+        try:
+            return self._by_id[task_id]
+        except KeyError:
+            raise KeyError(f"no task {task_id!r} in this task set") from None
+
+
+def _mutation_task(entry: Mapping[str, Any]) -> SWETask:
+    mutation = Mutation(**entry["mutation"])
+    project = entry["project"]
+
+    def build(dest: Path) -> None:
+        _copy_project(project, dest)
+        target = dest / mutation.file
+        target.write_text(mutation.apply(target.read_text()))
+
+    source = (_data_dir() / _PROJECTS_DIR / project / mutation.file).read_text()
+    lines = source.splitlines(keepends=True)
+    mutated_lines = mutation.apply(source).splitlines(keepends=True)
+    start = mutation.line - 1
+    end = start + 1
+    mutated_text = mutation.apply(source)
+    while mutated_text.count("".join(mutated_lines[start:end])) > 1 and start > 0:
+        start -= 1
+    edit = Edit(mutation.file, "".join(mutated_lines[start:end]), "".join(lines[start:end]))
+    return SWETask(
+        task_id=entry["task_id"], problem_statement=entry["problem_statement"],
+        fail_to_pass=tuple(entry["fail_to_pass"]), pass_to_pass=tuple(entry["pass_to_pass"]),
+        build=build, buggy_files=(mutation.file,), test_paths=("tests",), fix_edits=(edit,),
+        meta={"project": project, "kind": mutation.kind, "mutation": asdict(mutation)})
+
+
+def builtin_tasks(index: str | Path | None = None) -> TaskSet:
+    """The validated generated tasks shipped with treeroll (or those of another index)."""
+    path = Path(index) if index is not None else _data_dir().joinpath(*_INDEX)
+    entries = json.loads(path.read_text())["tasks"]
+    return TaskSet([_mutation_task(e) for e in entries])
+
+
+# --------------------------------------------------------------------------------------------
+# Running tests
+# --------------------------------------------------------------------------------------------
+
+_REPORT = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED) (\S+)")
+
+
+def parse_pytest_report(output: str) -> dict[str, str]:
+    """Test id -> ``PASSED`` / ``FAILED`` / ``ERROR`` / ... from ``pytest -rA`` output."""
+    statuses: dict[str, str] = {}
+    for line in output.splitlines():
+        match = _REPORT.match(line)
+        if match:
+            statuses.setdefault(match.group(2), match.group(1))
+    return statuses
+
+
+def _test_args(tests: Sequence[str]) -> str:
+    files = sorted({t.split("::")[0] for t in tests})
+    # pytest selects node ids directly; long lists select whole files then filter by report
+    return " ".join(shlex.quote(t) for t in (tests if len(tests) <= 50 else files))
+
+
+def evaluate(sandbox: Sandbox, workspace: Workspace, task: SWETask,
+             tests: Sequence[str] | None = None, *, timeout_s: float = 120.0) -> dict[str, bool]:
+    """Run ``tests`` (default: FAIL_TO_PASS + PASS_TO_PASS) in a fresh copy of ``workspace``
+    with the task's tests restored; return test id -> passed."""
+    selected = list(tests) if tests is not None else [*task.fail_to_pass, *task.pass_to_pass]
+    fresh = workspace.fork()
+    try:
+        for rel in task.test_paths:
+            fresh.restore(rel)
+        if task.eval_patch:
+            sandbox.run(fresh, "git apply -", stdin=task.eval_patch)
+        result = sandbox.run(fresh, task.test_command.format(tests=_test_args(selected)),
+                             timeout_s=timeout_s)
+    finally:
+        fresh.remove()
+    statuses = parse_pytest_report(result.output)
+    return {t: statuses.get(t) == "PASSED" for t in selected}
+
+
+def _failure_excerpt(output: str, test: str, max_lines: int = 30) -> str:
+    name = test.split("::")[-1]
+    lines = output.splitlines()
+    start = next((i for i, line in enumerate(lines)
+                  if line.startswith("_") and f" {name} " in line), None)
+    if start is None:
+        return ""
+    block: list[str] = []
+    for line in lines[start + 1:]:
+        if (line.startswith("_____") or line.startswith("=====")) and block:
+            break
+        block.append(line)
+    return "\n".join(block[:max_lines]).strip()
+
+
+def _problem_statement(project: str, failing: Sequence[str], output: str) -> str:
+    readme = (_data_dir() / _PROJECTS_DIR / project / "README.md").read_text().strip()
+    summary = readme.splitlines()[-1] if readme else project
+    listed = "\n".join(f"- {t}" for t in failing[:10])
+    more = f"\n- ... and {len(failing) - 10} more" if len(failing) > 10 else ""
+    excerpt = _failure_excerpt(output, failing[0])
+    return (f"Bug report for `{project}` ({summary})\n\n"
+            f"After a recent change, {len(failing)} test(s) of the suite fail:\n{listed}{more}\n\n"
+            f"Output of `pytest {failing[0]}`:\n```\n{excerpt}\n```\n\n"
+            "Fix the library code so that these tests pass again without breaking the others. "
+            "Do not modify the tests.")
+
+
+def _run_suite(sandbox: Sandbox, project: str, mutation: Mutation | None) -> dict[str, Any]:
+    def build(dest: Path) -> None:
+        _copy_project(project, dest)
+        if mutation is not None:
+            target = dest / mutation.file
+            target.write_text(mutation.apply(target.read_text()))
+
+    key = f"validate:{project}:{json.dumps(asdict(mutation)) if mutation else 'clean'}"
+    base = sandbox.base(key, build, git=False)
+    workspace = sandbox.workspace(base)
+    try:
+        result = sandbox.run(workspace, DEFAULT_TEST_COMMAND.format(tests=""), timeout_s=15)
+    finally:
+        workspace.remove()
+        shutil.rmtree(base, ignore_errors=True)
+    return {"statuses": parse_pytest_report(result.output), "output": result.output,
+            "timed_out": result.timed_out}
+
+
+def generate_tasks(count: int, *, seed: int = 0, projects: Sequence[str] | None = None,
+                   sandbox: Sandbox | None = None, log: Callable[[str], None] | None = None,
+                   ) -> list[dict[str, Any]]:
+    """Validate mutants in a seeded order until ``count`` are kept; return index entries.
+
+    A mutant is kept when at least one test fails, no test errors, and the suite reports
+    exactly the tests of the clean project (the rest still run).
+    """
+    own = sandbox is None
+    box = sandbox or Sandbox()
+    try:
+        baselines = {}
+        candidates: list[tuple[str, Mutation]] = []
+        for project in projects or project_names():
+            clean = _run_suite(box, project, None)["statuses"]
+            if not clean or any(s != "PASSED" for s in clean.values()):
+                raise RuntimeError(f"project {project} does not pass its own suite: {clean}")
+            baselines[project] = clean
+            root = _data_dir() / _PROJECTS_DIR / project
+            for path in sorted(root.rglob("*.py")):
+                rel = path.relative_to(root).as_posix()
+                if rel.startswith("tests/") or path.name == "__init__.py":
+                    continue
+                candidates.extend((project, m) for m in mutation_sites(path.read_text(), rel))
+        random.Random(seed).shuffle(candidates)
+        kept: list[dict[str, Any]] = []
+        for tried, (project, mutation) in enumerate(candidates, 1):
+            if len(kept) >= count:
+                break
+            run = _run_suite(box, project, mutation)
+            statuses = run["statuses"]
+            if run["timed_out"] or set(statuses) != set(baselines[project]):
+                continue
+            failing = sorted(t for t, s in statuses.items() if s == "FAILED")
+            if not failing or any(s not in ("PASSED", "FAILED") for s in statuses.values()):
+                continue
+            passing = sorted(t for t, s in statuses.items() if s == "PASSED")
+            kept.append({
+                "task_id": f"{project}-{len(kept):04d}-{mutation.kind}",
+                "project": project, "mutation": asdict(mutation), "fail_to_pass": failing,
+                "pass_to_pass": passing,
+                "problem_statement": _problem_statement(project, failing, run["output"])})
+            if log is not None:
+                log(f"[{tried}/{len(candidates)}] kept {len(kept)}: {kept[-1]['task_id']}")
+        return kept
+    finally:
+        if own:
+            box.close()
+
+
+def validate_task(task: SWETask, sandbox: Sandbox) -> tuple[bool, str]:
+    """Check that ``task`` fails before and passes after its reference fix.
+
+    Returns ``(ok, reason)``: before the fix every FAIL_TO_PASS test fails and every
+    PASS_TO_PASS test passes; after it, all of them pass.
+    """
+    base = sandbox.base(f"task:{task.task_id}", task.build)
+    workspace = sandbox.workspace(base)
+    try:
+        before = evaluate(sandbox, workspace, task)
+        if any(before[t] for t in task.fail_to_pass):
+            return False, "a FAIL_TO_PASS test passes before the fix"
+        if not all(before[t] for t in task.pass_to_pass):
+            return False, "a PASS_TO_PASS test fails before the fix"
+        apply_reference_fix(sandbox, workspace, task)
+        after = evaluate(sandbox, workspace, task)
+        failed = [t for t, ok in after.items() if not ok]
+        if failed:
+            return False, f"tests still fail after the reference fix: {failed[:5]}"
+        return True, "ok"
+    finally:
+        workspace.remove()
+
+
+def apply_reference_fix(sandbox: Sandbox, workspace: Workspace, task: SWETask) -> None:
+    """Apply the task's reference fix to ``workspace`` (through the sandbox)."""
+    if task.reference_patch:
+        sandbox.run(workspace, "git apply -", stdin=task.reference_patch)
+    for edit in task.fix_edits:
+        script = ("import json, sys, pathlib\n"
+                  "e = json.loads(sys.stdin.read())\n"
+                  "p = pathlib.Path(e['file'])\n"
+                  "p.write_text(p.read_text().replace(e['old'], e['new'], 1))\n")
+        sandbox.run(workspace, f"python -c {shlex.quote(script)}",
+                    stdin=json.dumps(asdict(edit)))
+
+
+# --------------------------------------------------------------------------------------------
+# SWE-bench-format instances
+# --------------------------------------------------------------------------------------------
+
+
+def _patch_files(patch: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(re.findall(r"^diff --git a/(\S+) b/", patch, flags=re.M)))
+
+
+def _as_list(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return list(json.loads(value)) if value.strip() else []
+    return list(value or [])
+
+
+def load_swebench_jsonl(path: str | Path, repos: str | Path | Mapping[str, str | Path], *,
+                        test_command: str = DEFAULT_TEST_COMMAND) -> TaskSet:
+    """SWE-bench-format instances (``instance_id``, ``repo``, ``base_commit``, ``patch``,
+    ``test_patch``, ``problem_statement``, ``FAIL_TO_PASS``, ``PASS_TO_PASS``; the test lists
+    may be JSON strings as on the Hugging Face hub) over the user's own git checkouts.
+
+    ``repos``: a mapping from the ``repo`` field (``owner/name``) to a checkout, or one
+    directory that is either the checkout itself or holds checkouts named ``owner__name``.
+    The starting tree is ``git archive base_commit`` of the checkout; the gold patch is the
+    reference fix and the test patch is applied before evaluation. No Docker: the tests run
+    with treeroll's Python unless ``test_command`` says otherwise.
+    """
+    tasks = []
+    for line in Path(path).read_text().splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        repo_name = row["repo"]
+        if isinstance(repos, Mapping):
+            checkout = Path(repos[repo_name])
+        else:
+            nested = Path(repos) / repo_name.replace("/", "__")
+            checkout = nested if nested.is_dir() else Path(repos)
+        if not (checkout / ".git").exists():
+            raise FileNotFoundError(f"{checkout} is not a git checkout of {repo_name}")
+
+        def build(dest: Path, checkout: Path = checkout, commit: str = row["base_commit"]) -> None:
+            with tempfile.TemporaryFile() as archive:
+                subprocess.run(["git", "-C", str(checkout), "archive", "--format=tar", commit],
+                               stdout=archive, check=True)
+                archive.seek(0)
+                with tarfile.open(fileobj=archive) as tar:
+                    tar.extractall(dest, filter="data")
+
+        tasks.append(SWETask(
+            task_id=row["instance_id"], problem_statement=row["problem_statement"],
+            fail_to_pass=tuple(_as_list(row["FAIL_TO_PASS"])),
+            pass_to_pass=tuple(_as_list(row.get("PASS_TO_PASS", []))), build=build,
+            buggy_files=_patch_files(row.get("patch", "")),
+            test_paths=_patch_files(row.get("test_patch", "")),
+            eval_patch=row.get("test_patch", ""), reference_patch=row.get("patch", ""),
+            test_command=test_command,
+            meta={"repo": repo_name, "base_commit": row["base_commit"]}))
+    return TaskSet(tasks)
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``--generate N`` writes a validated index; ``--validate-all`` / ``--validate K``
+    re-checks shipped tasks (each must fail before and pass after its reference fix)."""
+    parser = argparse.ArgumentParser(prog="python -m treeroll.envs.swe.tasks",
+                                     description=main.__doc__)
+    parser.add_argument("--generate", type=int, default=0, help="tasks to generate")
+    parser.add_argument("--seed", type=int, default=0, help="generation / sampling seed")
+    parser.add_argument("--out", type=Path, default=None, help="index file to write")
+    parser.add_argument("--validate-all", action="store_true", help="re-check every task")
+    parser.add_argument("--validate", type=int, default=0, help="re-check K random tasks")
+    parser.add_argument("--index", type=Path, default=None, help="index to validate")
+    args = parser.parse_args(argv)
+    if args.generate:
+        entries = generate_tasks(args.generate, seed=args.seed,
+                                 log=lambda m: print(m, file=sys.stderr))
+        out = args.out or _data_dir().joinpath(*_INDEX)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"format": "treeroll.swe_tasks/1", "seed": args.seed,
+                                   "tasks": entries}, indent=1) + "\n")
+        print(json.dumps({"generated": len(entries), "out": str(out)}))
+    if args.validate_all or args.validate:
+        tasks = list(builtin_tasks(args.index))
+        if not args.validate_all:
+            tasks = random.Random(args.seed).sample(tasks, min(args.validate, len(tasks)))
+        sandbox = Sandbox()
+        bad = []
+        try:
+            for task in tasks:
+                ok, reason = validate_task(task, sandbox)
+                if not ok:
+                    bad.append((task.task_id, reason))
+                    print(f"FAIL {task.task_id}: {reason}", file=sys.stderr)
+        finally:
+            sandbox.close()
+        print(json.dumps({"validated": len(tasks) - len(bad), "failed": len(bad)}))
+        return 1 if bad else 0
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
