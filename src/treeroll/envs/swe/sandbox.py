@@ -7,7 +7,7 @@ Two isolation modes, chosen once per :class:`Sandbox` (``Sandbox.mode``):
     the read-only *lower* layer shared by every branch; a branch's edits live in its own small
     *upper* directory (copy-on-write of edited files, by overlayfs). Inside the namespaces the
     whole host filesystem is remounted read-only except the overlay (the task tree) and a
-    private size-limited tmpfs on ``/dev/shm`` (``TMPDIR``); the command then runs as the
+    private size-limited tmpfs (``TMPDIR`` and ``HOME``); the command then runs as the
     unprivileged user ``nobody`` with ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_NPROC`` and
     ``RLIMIT_FSIZE``, no network interfaces but a down loopback, a fresh ``/proc`` that shows
     only the sandbox's own processes, and a scrubbed environment. When the command ends or its
@@ -51,7 +51,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["CommandResult", "Sandbox", "SandboxLimits", "Workspace", "sandbox_python"]
+__all__ = ["CommandResult", "Sandbox", "SandboxLimits", "Workspace", "default_root",
+           "sandbox_python"]
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWNET = 0x40000000
@@ -90,7 +91,7 @@ class SandboxLimits:
     disk_quota_mb: int = 128
     """Most bytes a working tree's own (edited or created) files may occupy."""
     tmpfs_mb: int = 64
-    """Size of the private scratch tmpfs (``TMPDIR``) in overlay mode."""
+    """Size of each command's private scratch tmpfs (``TMPDIR``, ``HOME``) in overlay mode."""
     capture_bytes: int = 200_000
     """Output kept from a command (head and tail halves); the rest is counted, not stored."""
 
@@ -144,6 +145,21 @@ def _mount_points() -> list[tuple[str, str, bool]]:
         point = parts[4].encode().decode("unicode_escape")
         out.append((point, right.split()[0], "ro" in parts[5].split(",")))
     return out
+
+
+def default_root() -> Path:
+    """Where sandboxes put their trees by default: ``$TREEROLL_SWE_ROOT`` if set, else
+    ``/dev/shm`` when it is a writable tmpfs (forks and edits then never touch a disk journal;
+    small generated tasks take well under a megabyte each), else the temporary directory.
+    Point ``root`` at a disk for large repositories (SWE-bench checkouts)."""
+    configured = os.environ.get("TREEROLL_SWE_ROOT")
+    if configured:
+        return Path(configured)
+    shm = Path("/dev/shm")
+    if any(p == "/dev/shm" and fs == "tmpfs" for p, fs, ro in _mount_points() if not ro) \
+            and os.access(shm, os.W_OK | os.X_OK):
+        return shm
+    return Path(tempfile.gettempdir())
 
 
 def _reveal_plan(paths: list[str]) -> dict[str, list[str]]:
@@ -245,7 +261,7 @@ class Sandbox:
         if isolation not in ("auto", "overlay", "copy"):
             raise ValueError(f"isolation must be 'auto', 'overlay' or 'copy', got {isolation!r}")
         self.limits = limits or SandboxLimits()
-        parent = Path(root) if root is not None else Path(tempfile.gettempdir())
+        parent = Path(root) if root is not None else default_root()
         parent.mkdir(parents=True, exist_ok=True)
         self.root = Path(tempfile.mkdtemp(prefix="treeroll-swe-", dir=parent)).resolve()
         os.chmod(self.root, 0o755)
@@ -256,6 +272,9 @@ class Sandbox:
         """Where the working tree appears to commands in overlay mode (the same for all
         branches: each command mounts its own branch's tree there, privately)."""
         self.repo_path.mkdir()
+        self.scratch_path = self.root / "tmp"
+        """Where each command's private tmpfs (``TMPDIR``, ``HOME``) appears in overlay mode."""
+        self.scratch_path.mkdir()
         self._counter = itertools.count()
         self._libc = _libc()
         self._unshare = shutil.which("unshare")
@@ -263,7 +282,8 @@ class Sandbox:
         self._python_dir = str(Path(sandbox_python()).parent)
         self._remount = sorted({p for p, fs, ro in _mount_points()
                                 if fs not in _SKIP_FSTYPES and not ro
-                                and not p.startswith(("/proc", "/sys", "/dev"))},
+                                and not p.startswith(("/proc", "/sys"))
+                                and (not p.startswith("/dev") or p == "/dev/shm")},
                                key=len)
         self._reveal = _reveal_plan([sys.prefix, sys.base_prefix, self._python_dir,
                                      os.path.dirname(os.path.realpath(sandbox_python()))])
@@ -368,11 +388,10 @@ class Sandbox:
         """A new working tree over ``base`` (empty upper in overlay mode, a copy otherwise)."""
         n = next(self._counter)
         directory = self.root / "ws" / f"{os.getpid()}-{n}"
-        directory.mkdir()
-        upper = directory / "upper"
+        upper = directory
         if self.mode == "overlay":
             upper.mkdir()
-            (directory / "work").mkdir()
+            directory.with_name(directory.name + ".work").mkdir()
             base_st = os.stat(base)
             os.chmod(upper, stat.S_IMODE(base_st.st_mode))
             os.chown(upper, base_st.st_uid, base_st.st_gid)
@@ -383,7 +402,7 @@ class Sandbox:
     # -- running -----------------------------------------------------------------------------
 
     def _environment(self, workspace: Workspace) -> dict[str, str]:
-        tmp = "/dev/shm" if self.mode == "overlay" else str(workspace.directory / "tmp")
+        tmp = str(self.scratch_path) if self.mode == "overlay" else str(workspace.scratch)
         if self.mode != "overlay":
             Path(tmp).mkdir(exist_ok=True)
         return {
@@ -396,6 +415,7 @@ class Sandbox:
             "PYTHONHASHSEED": "0",
             "PAGER": "cat",
             "GIT_PAGER": "cat",
+            "GIT_OPTIONAL_LOCKS": "0",
             "TERM": "dumb",
         }
 
@@ -405,8 +425,9 @@ class Sandbox:
         libc = self._libc
         target = str(self.repo_path).encode()
         options = (f"lowerdir={workspace.base},upperdir={workspace.upper},"
-                   f"workdir={workspace.directory / 'work'}").encode()
+                   f"workdir={workspace.work}").encode()
         shm_options = f"size={limits.tmpfs_mb}m,mode=1777".encode()
+        scratch = str(self.scratch_path).encode()
         remount = [p.encode() for p in self._remount]
         reveal = [(hidden.encode(), [t.encode() for t in targets])
                   for hidden, targets in self._reveal.items()]
@@ -433,11 +454,13 @@ class Sandbox:
                         libc.mount(b"none", t, None,
                                    _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID, None)
                         os.close(fd)
+                if libc.mount(b"tmpfs", scratch, b"tmpfs", _MS_NOSUID | _MS_NODEV,
+                              shm_options) != 0:
+                    raise OSError(ctypes.get_errno(), "mount scratch tmpfs")
                 for point in remount:
                     flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
                     if libc.mount(b"none", point, None, flags, None) != 0 and point == b"/":
                         raise OSError(ctypes.get_errno(), "remount / read-only")
-                libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", _MS_NOSUID | _MS_NODEV, shm_options)
                 os.chdir(target)
             resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds))
             mem = limits.memory_mb * 2**20
@@ -561,7 +584,17 @@ class Workspace:
     @property
     def upper(self) -> Path:
         """The directory holding this branch's own files."""
-        return self.directory / "upper"
+        return self.directory
+
+    @property
+    def work(self) -> Path:
+        """overlayfs's work directory for this branch (overlay mode)."""
+        return self.directory.with_name(self.directory.name + ".work")
+
+    @property
+    def scratch(self) -> Path:
+        """``TMPDIR`` of commands in copy mode (outside the tree)."""
+        return self.directory.with_name(self.directory.name + ".tmp")
 
     @property
     def path(self) -> str:
@@ -579,9 +612,8 @@ class Workspace:
             return child
         n = next(self.sandbox._counter)
         directory = self.sandbox.root / "ws" / f"{os.getpid()}-{n}"
-        directory.mkdir()
-        (directory / "work").mkdir()
-        _copy_tree(self.upper, directory / "upper")
+        _copy_tree(self.upper, directory)
+        directory.with_name(directory.name + ".work").mkdir()
         return Workspace(sandbox=self.sandbox, base=self.base, directory=directory)
 
     def own_bytes(self) -> int:
@@ -697,4 +729,5 @@ class Workspace:
         """Delete this working tree."""
         if not self._removed:
             self._removed = True
-            shutil.rmtree(self.directory, ignore_errors=True)
+            for path in (self.directory, self.work, self.scratch):
+                shutil.rmtree(path, ignore_errors=True)

@@ -573,8 +573,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  log=lambda m: print(m, file=sys.stderr))
         out = args.out or _data_dir().joinpath(*_INDEX)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"format": "treeroll.swe_tasks/1", "seed": args.seed,
-                                   "tasks": entries}, indent=1) + "\n")
+        rows = ",\n".join(json.dumps(e, separators=(",", ":")) for e in entries)
+        out.write_text(f'{{"format": "treeroll.swe_tasks/1", "seed": {args.seed}, "tasks": [\n'
+                       f"{rows}\n]}}\n")
         print(json.dumps({"generated": len(entries), "out": str(out)}))
     if args.validate_all or args.validate:
         tasks = list(builtin_tasks(args.index))

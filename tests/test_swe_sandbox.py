@@ -1,0 +1,153 @@
+"""The sandbox contains escape attempts, reports them to the agent, and leaves the host alone."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import treeroll
+from treeroll.envs.swe import Sandbox, SandboxLimits, builtin_tasks, make_swe_env
+
+_probe = Sandbox(isolation="auto")
+OVERLAY = _probe.mode == "overlay"
+_probe.close()
+needs_overlay = pytest.mark.skipif(not OVERLAY, reason="overlay sandbox needs root + namespaces")
+
+
+@pytest.fixture(scope="module")
+def env():
+    environment = make_swe_env("mini", builtin_tasks(), command_timeout_s=2, max_processes=64,
+                               disk_quota_mb=20, file_size_mb=8, memory_mb=1024,
+                               output_limit_chars=2000, step_limit=100)
+    environment.reset(0)
+    yield environment
+    environment.close()
+    environment.sandbox.close()
+
+
+def run(env, command: str) -> str:
+    obs, _reward, terminated, _truncated, info = env.step(f"```bash\n{command}\n```")
+    assert not info["format_error"] and not terminated
+    return obs
+
+
+def test_mode_and_containment_are_reported(env):
+    containment = env.sandbox.containment
+    assert containment["rlimits"] and containment["wall_timeout"]
+    assert containment["reads_outside_task_blocked"] is False
+    if OVERLAY:
+        assert all(containment[k] for k in ("no_network", "host_filesystem_read_only",
+                                            "unprivileged_user", "private_pid_namespace"))
+
+
+@needs_overlay
+def test_write_outside_via_dotdot_and_absolute_paths(env, tmp_path):
+    target = env.sandbox.root / "escaped.txt"
+    obs = run(env, "echo x > ../escaped.txt; echo x > ../../escaped.txt; "
+                   f"echo x > {target}; echo x > {tmp_path}/escaped.txt; "
+                   f"touch {Path(treeroll.__file__).parent}/escaped.py; echo x > /tmp/escaped.txt")
+    assert "Read-only file system" in obs or "Permission denied" in obs
+    assert not target.exists() and not (tmp_path / "escaped.txt").exists()
+    assert not (Path(treeroll.__file__).parent / "escaped.py").exists()
+    assert not (env.sandbox.root.parent / "escaped.txt").exists()
+
+
+@needs_overlay
+def test_write_through_symlinks(env, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("safe\n")
+    os.chmod(tmp_path, 0o777)
+    obs = run(env, f"ln -s {victim} link && echo pwned > link; ln -s {tmp_path} dirlink && "
+                   "echo pwned > dirlink/new.txt; ln -s / root && echo pwned > root/tmp/x.txt; "
+                   "cat link")
+    assert victim.read_text() == "safe\n" and not (tmp_path / "new.txt").exists()
+    assert not Path("/tmp/x.txt").exists() or Path("/tmp/x.txt").read_text() != "pwned\n"
+    assert "Read-only file system" in obs or "Permission denied" in obs
+
+
+@needs_overlay
+def test_the_shared_pristine_tree_is_not_writable(env):
+    base = env.workspace.base
+    buggy = env.task.buggy_files[0]
+    before = (base / buggy).read_bytes()
+    obs = run(env, f"echo '# evil' >> {base}/{buggy}; rm -rf {base}/tests")
+    assert (base / buggy).read_bytes() == before and (base / "tests").is_dir()
+    assert "Read-only" in obs
+
+
+@needs_overlay
+def test_no_network(env):
+    obs = run(env, "python -c \"import socket; s = socket.socket(); s.settimeout(1); "
+                   "s.connect(('1.1.1.1', 80))\"; python -c \"import socket; "
+                   "socket.create_connection(('127.0.0.1', 22), timeout=1)\"")
+    assert "Network is unreachable" in obs or "Connection refused" in obs
+    assert "Traceback" in obs
+
+
+def test_sleeping_forever_is_killed(env):
+    start = time.perf_counter()
+    obs = run(env, "sleep 1000")
+    assert time.perf_counter() - start < 10
+    assert "timed out" in obs
+
+
+@needs_overlay
+def test_daemonised_processes_die_with_the_command(env):
+    marker = "treeroll_escape_marker_4242"
+    run(env, f"setsid nohup bash -c 'exec -a {marker} sleep 600' > /dev/null 2>&1 & echo ok")
+    time.sleep(0.2)
+    found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
+    assert found.strip() == ""
+
+
+@needs_overlay
+def test_fork_bomb_is_contained(env):
+    start = time.perf_counter()
+    obs = run(env, "bomb() { bomb | bomb & }; bomb")
+    assert time.perf_counter() - start < 15
+    assert "<returncode>" in obs
+    time.sleep(0.2)
+    left = subprocess.run(["pgrep", "-u", "nobody"], capture_output=True, text=True).stdout
+    assert left.strip() == ""
+    assert "ok" in run(env, "echo ok")  # the sandbox still works afterwards
+
+
+def test_filling_the_disk_is_contained(env):
+    obs = run(env, "for i in $(seq 1 40); do head -c 4M /dev/zero > fill_$i.bin || break; done; "
+                   "head -c 100M /dev/zero > one_big.bin")
+    assert "disk quota" in obs or "signal" in obs or "File size limit" in obs
+    assert env.workspace.own_bytes() <= 20 * 2**20 + 10 * 2**20
+    assert "fill_40.bin" not in run(env, "ls")
+
+
+def test_host_environment_is_not_visible(env, monkeypatch):
+    monkeypatch.setenv("TREEROLL_HOST_SECRET", "hunter2")
+    obs = run(env, "env; cat /proc/1/environ; cat /proc/$PPID/environ; "
+                   f"cat /proc/{os.getpid()}/environ")
+    assert "hunter2" not in obs and "TREEROLL_HOST_SECRET" not in obs
+
+
+def test_resource_limits_are_reported(env):
+    obs = run(env, "python -c \"x = bytearray(3 * 1024**3)\"")
+    assert "MemoryError" in obs
+
+
+def test_copy_mode_still_runs_and_times_out():
+    sandbox = Sandbox(isolation="copy", limits=SandboxLimits(wall_timeout_s=1))
+    try:
+        base = sandbox.base("t", lambda d: (d / "a.txt").write_text("hi\n"), git=False)
+        workspace = sandbox.workspace(base)
+        assert sandbox.run(workspace, "cat a.txt").output == "hi\n"
+        child = workspace.fork()
+        sandbox.run(child, "echo changed > a.txt")
+        assert workspace.read_bytes("a.txt") == b"hi\n"
+        assert child.read_bytes("a.txt") == b"changed\n"
+        assert child.changed_files() == ["a.txt"]
+        assert sandbox.run(workspace, "sleep 30").timed_out
+    finally:
+        sandbox.close()
+    assert not sandbox.root.exists()
