@@ -20,7 +20,7 @@ import torch
 __all__ = ["ModelConfig", "build_model", "build_word_tokenizer", "load_policy", "save_policy"]
 
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<eos>", "<bos>")
-WORD_PATTERN = r"<think>|</think>|<answer>|</answer>|\|\||```|\n|[A-Za-z]+|[0-9]|[^\sA-Za-z0-9]"
+WORD_PATTERN = r"<think>|</think>|<answer>|</answer>|\|\||```|\n|[A-Z][a-z]+|[a-z]+|[A-Z]|[0-9]|[^\sA-Za-z0-9]"
 """How the word-level tokenizer cuts text: the reply-format tags, triple backticks and ``||``
 whole, newlines (the grid's rows), words, single digits, single symbols; other spaces dropped."""
 
@@ -59,13 +59,13 @@ def build_word_tokenizer(texts: Iterable[str], min_count: int = 1) -> Any:
 class ModelConfig:
     """A small Llama built from scratch (the embedded default policy)."""
 
-    hidden_size: int = 128
+    hidden_size: int = 64
     """Width of the residual stream."""
-    num_layers: int = 4
+    num_layers: int = 2
     """Transformer blocks."""
     num_heads: int = 4
     """Attention heads (``hidden_size`` must be divisible by it)."""
-    intermediate_size: int = 384
+    intermediate_size: int = 256
     """MLP width."""
     max_positions: int = 4096
     """Longest context the rotary embedding is set up for."""

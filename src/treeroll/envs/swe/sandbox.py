@@ -24,9 +24,14 @@ Two isolation modes, chosen once per :class:`Sandbox` (``Sandbox.mode``):
 
 What is *not* confined in either mode: reading world-readable files outside the task (the
 host's ``/usr``, the Python installation, treeroll's own sources -- needed to run ``python``
-and ``pytest``). The disk quota of a working tree is enforced by polling its size while a
-command runs (``RLIMIT_FSIZE`` bounds each file): a command that exceeds it is killed and the
-files it created are deleted.
+and ``pytest``). In overlay mode a directory ``nobody`` cannot traverse that holds the Python
+installation (e.g. ``/root`` under pyenv) is replaced by an empty tmpfs with only the
+interpreter bound into it, so the rest of it stays hidden. ``RLIMIT_NPROC`` counts every
+process of ``nobody`` on the host, so sandboxes running commands at the same moment share it.
+Commands are set up in a ``preexec_fn``: step environments from one thread per process. The
+disk quota of a working tree is enforced by polling its size while a command runs
+(``RLIMIT_FSIZE`` bounds each file): a command that exceeds it is killed and the files it
+created are deleted.
 """
 
 from __future__ import annotations
@@ -251,13 +256,16 @@ def _list_files(root: Path) -> set[str]:
 class Sandbox:
     """Owns a temporary root holding task trees and working trees, and runs commands there.
 
-    ``isolation``: ``"auto"`` (overlay mode when it works, else copy mode), ``"overlay"``
-    (raise if unavailable) or ``"copy"``. Call :meth:`close` (or let it be garbage collected)
+    ``isolation``: ``"auto"`` (overlay mode when it works, else copy mode; the environment
+    variable ``TREEROLL_SWE_ISOLATION`` may force either), ``"overlay"`` (raise if
+    unavailable) or ``"copy"``. Call :meth:`close` (or let it be garbage collected)
     to delete the root.
     """
 
     def __init__(self, root: str | Path | None = None, limits: SandboxLimits | None = None,
                  *, isolation: str = "auto") -> None:
+        if isolation == "auto":
+            isolation = os.environ.get("TREEROLL_SWE_ISOLATION", "auto")
         if isolation not in ("auto", "overlay", "copy"):
             raise ValueError(f"isolation must be 'auto', 'overlay' or 'copy', got {isolation!r}")
         self.limits = limits or SandboxLimits()

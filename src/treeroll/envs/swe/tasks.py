@@ -395,7 +395,7 @@ def _run_suite(sandbox: Sandbox, project: str, mutation: Mutation | None) -> dic
     base = sandbox.base(key, build, git=False)
     workspace = sandbox.workspace(base)
     try:
-        result = sandbox.run(workspace, DEFAULT_TEST_COMMAND.format(tests=""), timeout_s=15)
+        result = sandbox.run(workspace, DEFAULT_TEST_COMMAND.format(tests=""), timeout_s=10)
     finally:
         workspace.remove()
         shutil.rmtree(base, ignore_errors=True)
@@ -403,10 +403,29 @@ def _run_suite(sandbox: Sandbox, project: str, mutation: Mutation | None) -> dic
             "timed_out": result.timed_out}
 
 
+def _interleave_kinds(candidates: list[tuple[str, Mutation]], rng: random.Random,
+                      ) -> list[tuple[str, Mutation]]:
+    """Shuffle within each mutation kind, then take one of each kind in turn, so that common
+    kinds (wrong variable) do not crowd out rare ones (negated condition)."""
+    by_kind: dict[str, list[tuple[str, Mutation]]] = {}
+    for candidate in candidates:
+        by_kind.setdefault(candidate[1].kind, []).append(candidate)
+    queues = [by_kind[kind] for kind in sorted(by_kind)]
+    for queue in queues:
+        rng.shuffle(queue)
+    out: list[tuple[str, Mutation]] = []
+    while any(queues):
+        for queue in queues:
+            if queue:
+                out.append(queue.pop())
+    return out
+
+
 def generate_tasks(count: int, *, seed: int = 0, projects: Sequence[str] | None = None,
                    sandbox: Sandbox | None = None, log: Callable[[str], None] | None = None,
                    ) -> list[dict[str, Any]]:
-    """Validate mutants in a seeded order until ``count`` are kept; return index entries.
+    """Validate mutants in a seeded order (kinds interleaved) until ``count`` are kept; return
+    index entries.
 
     A mutant is kept when at least one test fails, no test errors, and the suite reports
     exactly the tests of the clean project (the rest still run).
@@ -427,7 +446,7 @@ def generate_tasks(count: int, *, seed: int = 0, projects: Sequence[str] | None 
                 if rel.startswith("tests/") or path.name == "__init__.py":
                     continue
                 candidates.extend((project, m) for m in mutation_sites(path.read_text(), rel))
-        random.Random(seed).shuffle(candidates)
+        candidates = _interleave_kinds(candidates, random.Random(seed))
         kept: list[dict[str, Any]] = []
         for tried, (project, mutation) in enumerate(candidates, 1):
             if len(kept) >= count:

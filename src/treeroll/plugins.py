@@ -1,0 +1,83 @@
+"""Every built-in plug-in, registered in this one visible module.
+
+Strategies, advantage estimators, environments and process scorers are looked up here by the
+trainer and the CLI; ``package.module:object`` names a user's own plug-in instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from treeroll import advantages
+from treeroll.base import AdvantageEstimator, Env, ProcessScorer, Strategy
+from treeroll.registry import Registry, load_object
+
+__all__ = ["ADVANTAGES", "ENVS", "SCORERS", "STRATEGIES", "make_env_factory", "make_strategy"]
+
+ADVANTAGES: Registry[AdvantageEstimator] = Registry("advantage estimator")
+ADVANTAGES.register("grpo", advantages.grpo)
+ADVANTAGES.register("dr_grpo", advantages.dr_grpo)
+ADVANTAGES.register("rloo", advantages.rloo)
+ADVANTAGES.register("tree", advantages.tree_advantage)
+
+STRATEGIES: Registry[str] = Registry("strategy")
+"""Strategy name -> the field of ``StrategyConfig`` that holds its (configured) instance."""
+for _name in ("chain", "tree_grpo", "patr", "random_tree"):
+    STRATEGIES.register(_name, _name)
+
+
+def make_strategy(strategy_config: Any) -> Strategy:
+    """The configured strategy object named by ``strategy_config.name``."""
+    name = strategy_config.name
+    if name in STRATEGIES:
+        return getattr(strategy_config, STRATEGIES.get(name))  # type: ignore[no-any-return]
+    obj = load_object(name) if ":" in name else STRATEGIES.get(name)
+    return obj() if isinstance(obj, type) else obj  # type: ignore[no-any-return]
+
+
+EnvFactoryBuilder = Callable[[Any], Callable[[], Env]]
+ENVS: Registry[EnvFactoryBuilder] = Registry("environment")
+
+
+def _frozenlake(convention: str) -> EnvFactoryBuilder:
+    def build(env_config: Any) -> Callable[[], Env]:
+        from treeroll.envs.frozenlake import make_frozenlake
+
+        overrides = {key: getattr(env_config, key)
+                     for key in ("size_min", "size_max", "slippery", "max_turns")
+                     if getattr(env_config, key) is not None}
+        make_frozenlake(convention, **overrides)  # validate now, not in a worker
+        return lambda: make_frozenlake(convention, **overrides)
+    return build
+
+
+ENVS.register("frozenlake_rllm", _frozenlake("rllm"))
+ENVS.register("frozenlake_ragen", _frozenlake("ragen"))
+
+
+def _swe(env_config: Any) -> Callable[[], Env]:
+    from treeroll.envs.swe import make_swe_env
+
+    return lambda: make_swe_env()
+
+
+ENVS.register("swe", _swe)
+
+
+def make_env_factory(env_config: Any) -> Callable[[], Env]:
+    """A zero-argument environment constructor for ``env_config.name``."""
+    name: str = env_config.name
+    if name.startswith("gym:"):
+        from treeroll.envs.gym_text import GymTextEnv
+
+        env_id = name[4:]
+        return lambda: GymTextEnv(env_id)
+    if name in ENVS:
+        return ENVS.get(name)(env_config)
+    factory = ENVS.get(name)  # raises with the valid names unless an import path
+    return factory  # type: ignore[return-value]
+
+
+SCORERS: Registry[Callable[..., ProcessScorer]] = Registry("process scorer")
+"""Filled by :mod:`treeroll.scorers` builders (name -> constructor taking the ScorerConfig)."""

@@ -1,0 +1,153 @@
+"""Token-level PPO-clip on expanded leaves (every leaf forwarded as its own sequence).
+
+This is the reference computation: :mod:`treeroll.training.packed` must give the same loss
+and gradients while forwarding each unique token of a tree once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from treeroll.tree import Trajectory
+
+__all__ = ["LossConfig", "TrainItem", "expanded_backward", "ppo_token_loss"]
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """The policy-gradient objective."""
+
+    clip_low: float = 0.2
+    """PPO clip range below 1 (ratio >= 1 - clip_low)."""
+    clip_high: float = 0.2
+    """PPO clip range above 1 (DAPO's clip-higher uses 0.28)."""
+    kl_coef: float = 0.0
+    """Weight of the k3 KL estimate to the reference policy (0 = no reference model)."""
+    normalisation: str = "token_mean"
+    """``token_mean`` (every model token of the batch weighs the same) or ``seq_mean`` (each
+    leaf's tokens averaged, then leaves averaged)."""
+    temperature: float = 1.0
+    """The sampling temperature, applied to the logits so ratios compare like with like."""
+    micro_batch_tokens: int = 16384
+    """Tokens forwarded at once (padding included); bounds activation memory."""
+
+    def __post_init__(self) -> None:
+        if self.normalisation not in ("token_mean", "seq_mean"):
+            raise ValueError(f"loss.normalisation must be 'token_mean' or 'seq_mean', "
+                             f"got {self.normalisation!r}")
+        if self.clip_low < 0 or self.clip_high < 0:
+            raise ValueError("loss.clip_low and loss.clip_high must be >= 0")
+
+
+@dataclass
+class TrainItem:
+    """One leaf to train on: its tokens and its advantage."""
+
+    trajectory: Trajectory
+    advantage: float
+
+
+def ppo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantage: torch.Tensor,
+                   config: LossConfig, ref_logp: torch.Tensor | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token clipped surrogate (+ k3 KL) to *minimise*, and whether each token clipped."""
+    ratio = torch.exp(logp - old_logp)
+    clipped = torch.clamp(ratio, 1 - config.clip_low, 1 + config.clip_high)
+    loss = -torch.minimum(ratio * advantage, clipped * advantage)
+    if ref_logp is not None and config.kl_coef:
+        delta = ref_logp - logp
+        loss = loss + config.kl_coef * (torch.exp(delta) - delta - 1)
+    return loss, (ratio * advantage > clipped * advantage)
+
+
+def token_weights(items: Sequence[TrainItem], config: LossConfig) -> list[float]:
+    """Per-leaf weight of each model token so the batch loss is a mean."""
+    counts = [max(sum(it.trajectory.response_mask), 1) for it in items]
+    if config.normalisation == "token_mean":
+        total = sum(sum(it.trajectory.response_mask) for it in items)
+        return [1.0 / max(total, 1)] * len(items)
+    return [1.0 / (c * len(items)) for c in counts]
+
+
+def sequence_logprobs(model: Any, sequences: list[list[int]], temperature: float
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded forward: ``logp[b, t]`` of token ``t + 1`` given ``0..t``; and entropies.
+
+    Shapes ``[batch, max_len - 1]``.
+    """
+    longest = max(len(s) for s in sequences)
+    ids = torch.zeros(len(sequences), longest, dtype=torch.long)
+    for b, seq in enumerate(sequences):
+        ids[b, : len(seq)] = torch.tensor(seq)
+    # Right padding needs no attention mask: under the causal mask a real token never sees the
+    # padding after it, and the loss ignores the padding's own outputs. Without a mask, SDPA
+    # takes its fused causal kernel instead of materialising [batch, heads, len, len].
+    logits = model(input_ids=ids).logits[:, :-1].float() / temperature
+    logp_all = torch.log_softmax(logits, dim=-1)  # [batch, len-1, vocab]
+    logp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
+
+
+def expanded_backward(model: Any, items: Sequence[TrainItem], config: LossConfig,
+                      ref_model: Any | None = None) -> dict[str, float]:
+    """Forward and backward the loss over ``items``, each leaf as its own sequence.
+
+    Gradients accumulate in ``model``'s parameters (no optimiser step). Returns metrics.
+    """
+    weights = token_weights(items, config)
+    order = sorted(range(len(items)), key=lambda i: -_length(items[i]))
+    metrics = {"loss": 0.0, "clip_fraction": 0.0, "entropy": 0.0, "kl": 0.0, "tokens": 0.0}
+    start = 0
+    while start < len(order):
+        longest = _length(items[order[start]])
+        size = max(1, config.micro_batch_tokens // max(longest, 1))
+        chunk = order[start: start + size]
+        start += size
+        _chunk_backward(model, [items[i] for i in chunk], [weights[i] for i in chunk], config,
+                        ref_model, metrics)
+    tokens = max(metrics.pop("tokens"), 1.0)
+    for key in ("clip_fraction", "entropy", "kl"):
+        metrics[key] /= tokens
+    return metrics
+
+
+def _length(item: TrainItem) -> int:
+    return len(item.trajectory.prompt_ids) + len(item.trajectory.response_ids)
+
+
+def _chunk_backward(model: Any, items: list[TrainItem], weights: list[float],
+                    config: LossConfig, ref_model: Any | None,
+                    metrics: dict[str, float]) -> None:
+    sequences = [it.trajectory.prompt_ids + it.trajectory.response_ids for it in items]
+    logp, entropy = sequence_logprobs(model, sequences, config.temperature)
+    shape = logp.shape
+    mask = torch.zeros(shape)
+    old = torch.zeros(shape)
+    advantage = torch.zeros(shape)
+    weight = torch.zeros(shape)
+    for b, it in enumerate(items):
+        offset = len(it.trajectory.prompt_ids) - 1  # logits at t predict token t + 1
+        n = len(it.trajectory.response_ids)
+        mask[b, offset: offset + n] = torch.tensor(it.trajectory.response_mask, dtype=torch.float)
+        old[b, offset: offset + n] = torch.tensor(it.trajectory.response_logprobs)
+        advantage[b, offset: offset + n] = it.advantage
+        weight[b, offset: offset + n] = weights[b]
+    ref_logp = None
+    if ref_model is not None and config.kl_coef:
+        with torch.no_grad():
+            ref_logp, _ = sequence_logprobs(ref_model, sequences, config.temperature)
+    loss, clipped = ppo_token_loss(logp, old, advantage, config, ref_logp)
+    total = (loss * mask * weight).sum()
+    total.backward()
+    metrics["loss"] += float(total)
+    metrics["tokens"] += float(mask.sum())
+    metrics["clip_fraction"] += float((clipped.float() * mask).sum())
+    metrics["entropy"] += float((entropy.detach() * mask).sum())
+    if ref_logp is not None:
+        delta = ref_logp - logp.detach()
+        metrics["kl"] += float(((torch.exp(delta) - delta - 1) * mask).sum())
