@@ -31,7 +31,8 @@ class LossConfig:
     """``token_mean`` (every model token of the batch weighs the same) or ``seq_mean`` (each
     leaf's tokens averaged, then leaves averaged)."""
     temperature: float = 1.0
-    """The sampling temperature, applied to the logits so ratios compare like with like."""
+    """The sampling temperature, applied to the logits so ratios compare like with like (the
+    trainer sets it from ``rollout.temperature``)."""
     micro_batch_tokens: int = 16384
     """Tokens forwarded at once (padding included); bounds activation memory."""
 

@@ -344,12 +344,14 @@ def _update(model: Any, optimizer: Any, items: list[TrainItem], config: TrainCon
     metrics: dict[str, float] = {}
     if not items:
         return {"skipped": 1.0}
+    # Ratios compare like with like: the update uses the temperature the rollout sampled at.
+    loss_config = replace(config.optim.loss, temperature=config.rollout.temperature or 1.0)
     model.train()
     for _ in range(config.optim.ppo_epochs):
         order = rng.permutation(len(items))
         for chunk in np.array_split(order, config.optim.minibatches):
             optimizer.zero_grad()
-            metrics = expanded_backward(model, [items[i] for i in chunk], config.optim.loss,
+            metrics = expanded_backward(model, [items[i] for i in chunk], loss_config,
                                         ref_model)
             metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(
                 model.parameters(), config.optim.max_grad_norm))

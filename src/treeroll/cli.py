@@ -1,0 +1,247 @@
+"""The ``treeroll`` command line: train, eval, rollout, show, compare.
+
+Every command takes ``--config FILE.yaml`` (see ``configs/``) and then overrides of any field,
+e.g. ``--optim.steps 10 --strategy.name tree_grpo``; ``treeroll COMMAND --help`` lists every
+setting with its default. Bad configs and options fail with a message naming the culprit.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import tyro
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from treeroll.config import TrainConfig, load_config
+
+__all__ = ["main"]
+
+console = Console(stderr=True)
+T = TypeVar("T")
+
+
+class RichReporter:
+    """Progress bars with ETA, live success rate and share of tokens saved."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.task: TaskID | None = None
+
+    def phase(self, text: str, total: int | None = None) -> None:
+        """Start a new bar (or a spinner line when ``total`` is unknown)."""
+        if self.task is not None:
+            self.progress.update(self.task, visible=total is not None or False)
+            self.progress.stop_task(self.task)
+        self.task = self.progress.add_task(text, total=total, info="")
+
+    def advance(self, done: int, info: dict[str, Any]) -> None:
+        """Move the bar and show the live figures."""
+        if self.task is None:
+            return
+        parts = []
+        if "success" in info:
+            parts.append(f"success {info['success']:.2f}")
+        if "saved" in info:
+            parts.append(f"tokens saved {100 * info['saved']:.0f}%")
+        if "loss" in info:
+            parts.append(f"loss {info['loss']:.3f}")
+        self.progress.update(self.task, completed=done, info="  ".join(parts))
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                    TextColumn("{task.fields[info]}"), console=console)
+
+
+def _parse(cls: type[T], args: list[str], description: str, config_cls: Any = None) -> T:
+    """``--config FILE`` first (YAML into the dataclass), then tyro overrides on top."""
+    config_path = None
+    rest = []
+    i = 0
+    while i < len(args):
+        if args[i] == "--config":
+            if i + 1 >= len(args):
+                raise SystemExit("--config needs a file path (see configs/)")
+            config_path = args[i + 1]
+            i += 2
+            continue
+        if args[i].startswith("--config="):
+            config_path = args[i].split("=", 1)[1]
+            i += 1
+            continue
+        rest.append(args[i])
+        i += 1
+    default = load_config(config_path, cls) if config_path else cls()
+    return tyro.cli(cls, args=rest, default=default, description=description)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def cmd_train(args: list[str]) -> int:
+    """``treeroll train``: train a policy; prints held-out success before and after."""
+    config = _parse(TrainConfig, args, "Train a policy on tree rollouts. Options after "
+                    "--config FILE.yaml override the file.")
+    from treeroll.training.trainer import train
+
+    with _progress() as progress:
+        try:
+            summary = train(config, RichReporter(progress))
+        except KeyboardInterrupt:
+            console.print(f"[yellow]interrupted: checkpoint and metrics are in "
+                          f"{Path(config.runs_dir) / config.name}; continue with --resume")
+            return 130
+    _print_summary(summary, Path(config.runs_dir) / config.name)
+    return 0
+
+
+def _print_summary(summary: dict[str, Any], run_dir: Path) -> None:
+    table = Table(title=f"run {run_dir}")
+    table.add_column("held-out")
+    table.add_column("success")
+    table.add_column("95% interval")
+    for key in ("start_eval", "final_eval"):
+        if key in summary:
+            e = summary[key]
+            table.add_row(key.replace("_eval", ""), f"{e['success_rate']:.3f}",
+                          f"[{e['ci95_low']:.3f}, {e['ci95_high']:.3f}]")
+    Console().print(table)
+    print(json.dumps(summary))
+
+
+@dataclass
+class EvalCommand:
+    """Held-out success of a run's last checkpoint, with a 95% interval."""
+
+    run: str
+    """Run folder (``runs/<name>``) holding config.yaml and checkpoints/last.pt."""
+    tasks: int = 256
+    """Held-out tasks (never used in training)."""
+    temperature: float = 0.0
+    """Sampling temperature (0 = greedy)."""
+
+
+def cmd_eval(args: list[str]) -> int:
+    """``treeroll eval``: evaluate a run's checkpoint on held-out tasks."""
+    command = _parse(EvalCommand, args, EvalCommand.__doc__ or "")
+    from treeroll.session import load_run_policy
+    from treeroll.training.trainer import evaluate, task_pools
+
+    config, backend, turn_format, make_env = load_run_policy(Path(command.run))
+    config.eval = replace(config.eval, tasks=command.tasks, temperature=command.temperature)
+    _, held_out = task_pools(config)
+    with _progress() as progress:
+        RichReporter(progress).phase(f"evaluating {command.tasks} held-out tasks")
+        result = evaluate(backend, turn_format, make_env, held_out[: command.tasks], config.eval,
+                          config.rollout)
+    print(json.dumps(result.as_dict()))
+    return 0
+
+
+@dataclass
+class RolloutCommand:
+    """Build one rollout tree, print a readable summary and save it as JSON."""
+
+    out: str = "tree.json"
+    """Where to write the tree (JSON; render it with `treeroll show`)."""
+    run: str | None = None
+    """Use this run folder's trained policy (default: the embedded policy after its format
+    warm start, or the scripted agent for env=swe)."""
+    task: int = 0
+    """Task seed."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """Environment, strategy, rollout and scorer settings (as in `treeroll train`)."""
+
+
+def cmd_rollout(args: list[str]) -> int:
+    """``treeroll rollout``: build, summarise and save one tree."""
+    command = _parse(RolloutCommand, args, RolloutCommand.__doc__ or "")
+    from treeroll.session import build_one_tree, describe_tree
+    from treeroll.tree import save_tree
+
+    tree = build_one_tree(command.train, task_seed=command.task,
+                          run_dir=Path(command.run) if command.run else None)
+    save_tree(tree, command.out)
+    Console().print(describe_tree(tree))
+    console.print(f"saved {command.out}")
+    return 0
+
+
+@dataclass
+class ShowCommand:
+    """Render a saved tree as a PNG picture and a self-contained HTML page."""
+
+    path: tyro.conf.Positional[str]
+    """A tree JSON file (from `treeroll rollout --out` or a run's trees/ folder)."""
+    out: str = "."
+    """Folder to write the pictures into."""
+    formats: tuple[str, ...] = ("png", "html")
+    """Any of png, svg, html."""
+
+
+def cmd_show(args: list[str]) -> int:
+    """``treeroll show``: picture and HTML page of a saved tree."""
+    command = _parse(ShowCommand, args, ShowCommand.__doc__ or "")
+    from treeroll.viz import show
+
+    for path in show(command.path, command.out, formats=command.formats):
+        print(path)
+    return 0
+
+
+def cmd_compare(args: list[str]) -> int:
+    """``treeroll compare``: strategies trained under one budget, over seeds, in a report."""
+    from treeroll.compare import CompareConfig, run_compare
+
+    command = _parse(CompareConfig, args, CompareConfig.__doc__ or "")
+    with _progress() as progress:
+        report = run_compare(command, RichReporter(progress))
+    print(report)
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "rollout": cmd_rollout, "show": cmd_show,
+            "compare": cmd_compare}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``treeroll`` command."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: treeroll {train,eval,rollout,show,compare} [--config FILE] [options]\n\n"
+              "  train    train a policy on tree rollouts (default: FrozenLake, rLLM convention)\n"
+              "  eval     held-out success of a run, with a 95% interval\n"
+              "  rollout  build one tree, print it and save it as JSON\n"
+              "  show     render a saved tree as PNG and HTML\n"
+              "  compare  strategies under one token budget, over seeds, in a report\n\n"
+              "treeroll COMMAND --help lists every option and its default.")
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"treeroll: unknown command {command!r}; valid: {', '.join(COMMANDS)}",
+              file=sys.stderr)
+        return 2
+    try:
+        return COMMANDS[command](rest)
+    except (ValueError, FileNotFoundError, FileExistsError) as err:
+        console.print(f"[red]error:[/red] {err}")
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,115 @@
+"""Glue for the CLI: load a run's policy, build one tree, describe a tree in the terminal."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.tree import Tree as RichTree
+
+from treeroll.backends.hf import HFBackend
+from treeroll.base import Env, GenerationBackend
+from treeroll.config import TrainConfig, load_config
+from treeroll.formatting import TurnFormat
+from treeroll.plugins import make_env_factory, make_strategy
+from treeroll.rollout import rollout
+from treeroll.tree import Node, RolloutTree, token_counts
+
+__all__ = ["build_one_tree", "describe_tree", "load_run_policy"]
+
+
+def load_run_policy(run_dir: Path) -> tuple[TrainConfig, HFBackend, TurnFormat,
+                                             Callable[[], Env]]:
+    """The config, a backend on the last checkpoint's weights, the turn format and the env."""
+    checkpoint = run_dir / "checkpoints" / "last.pt"
+    if not checkpoint.exists():
+        raise FileNotFoundError(f"no checkpoint at {checkpoint}: is {run_dir} a run folder "
+                                "written by `treeroll train`?")
+    config = load_config(run_dir / "config.yaml")
+    from treeroll.training.trainer import build_policy
+
+    make_env = make_env_factory(config.env)
+    model, tokenizer = build_policy(config.policy, make_env, run_dir / "policy")
+    model.load_state_dict(torch.load(checkpoint, weights_only=False)["model"])
+    model.eval()
+    return config, HFBackend(model, pad_token_id=tokenizer.pad_token_id or 0), \
+        TurnFormat(tokenizer), make_env
+
+
+def _policy_for(config: TrainConfig, run_dir: Path | None
+                ) -> tuple[GenerationBackend, TurnFormat, Callable[[], Env]]:
+    if run_dir is not None:
+        _, backend, turn_format, make_env = load_run_policy(run_dir)
+        return backend, turn_format, make_env
+    make_env = make_env_factory(config.env)
+    if config.env.name == "swe":
+        from treeroll.envs.swe import ScriptedSWEAgent
+        from treeroll.formatting import ByteTokenizer
+
+        return ScriptedSWEAgent(), TurnFormat(ByteTokenizer()), make_env
+    import tempfile
+
+    from treeroll.training.trainer import _Silent, build_policy, task_pools, warm_start
+
+    with tempfile.TemporaryDirectory() as folder:
+        model, tokenizer = build_policy(config.policy, make_env, Path(folder))
+    turn_format = TurnFormat(tokenizer)
+    if config.policy.warm_start_steps and not config.policy.model_path:
+        train_seeds, _ = task_pools(config)
+        warm_start(model, tokenizer, turn_format, make_env, train_seeds, config.policy,
+                   np.random.default_rng(config.seed), _Silent())
+    return HFBackend(model.eval(), pad_token_id=tokenizer.pad_token_id or 0), turn_format, \
+        make_env
+
+
+def build_one_tree(config: TrainConfig, task_seed: int, run_dir: Path | None = None
+                   ) -> RolloutTree:
+    """One tree for ``task_seed`` with the configured strategy, scorer and budget."""
+    backend, turn_format, make_env = _policy_for(config, run_dir)
+    scorer = None
+    if config.scorer.name:
+        from treeroll.scorers import make_scorer
+
+        scorer = make_scorer(config.scorer)
+    batch = rollout([task_seed], make_env, backend, turn_format, make_strategy(config.strategy),
+                    config=config.rollout, scorer=scorer, seed=config.seed)
+    tree = batch.trees[0]
+    tree.meta["timing"] = batch.timing
+    return tree
+
+
+def _label(node: Node) -> str:
+    action = node.action_text.strip().replace("\n", " ")
+    if len(action) > 40:
+        action = action[:37] + "..."
+    parts = [f"#{node.id}"]
+    if node.parent is not None:
+        parts.append(f"[cyan]{action!r}[/cyan]")
+        parts.append(f"r={node.reward:g}")
+    parts.append(f"[magenta]{node.status}[/magenta]")
+    if node.score is not None:
+        parts.append(f"s={node.score:.2f}")
+    if node.info.get("success"):
+        parts.append("[green]success[/green]")
+    if node.note:
+        parts.append(f"[dim]{node.note}[/dim]")
+    return " ".join(parts)
+
+
+def describe_tree(tree: RolloutTree) -> RichTree:
+    """A terminal rendering: one line per node, with the tree's token accounting on top."""
+    counts = token_counts(tree)
+    title = (f"task {tree.task_seed} · {tree.meta.get('strategy', '?')} · {counts.leaves} leaves · "
+             f"generated {counts.generated} · unique {counts.unique} · chains would compute "
+             f"{counts.chain_generated + counts.chain_prefill} · computed {counts.computed}")
+    root = RichTree(title)
+
+    def add(node: Node, branch: RichTree) -> None:
+        for child in node.children:
+            add(child, branch.add(_label(child)))
+
+    add(tree.root, root.add(_label(tree.root)))
+    return root
