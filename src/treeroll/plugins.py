@@ -81,3 +81,18 @@ def make_env_factory(env_config: Any) -> Callable[[], Env]:
 
 SCORERS: Registry[Callable[..., ProcessScorer]] = Registry("process scorer")
 """Filled by :mod:`treeroll.scorers` builders (name -> constructor taking the ScorerConfig)."""
+
+
+def _scorer_builder(name: str) -> Callable[..., ProcessScorer]:
+    """Builder of the built-in scorer ``name`` (``treeroll.scorers.build_<name>``), imported
+    when a scorer is made so that this module stays light."""
+    def build(config: Any, **context: Any) -> ProcessScorer:
+        from treeroll import scorers
+
+        builder: Callable[..., ProcessScorer] = getattr(scorers, f"build_{name}")
+        return builder(config, **context)
+    return build
+
+
+for _name in ("frozenlake_progress", "degeneracy", "value", "judge", "blend"):
+    SCORERS.register(_name, _scorer_builder(_name))
