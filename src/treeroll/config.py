@@ -96,6 +96,9 @@ class ScorerConfig:
     """``blend``: second scorer."""
     blend_lambda: float = 0.7
     """``blend``: weight of the first scorer."""
+    judge_model_path: str | None = None
+    """``judge``: a local model directory (``save_pretrained``) for the judge; None = the
+    judge needs a backend passed to ``make_scorer`` by the caller."""
 
 
 @dataclass
