@@ -376,7 +376,8 @@ def _problem_statement(project: str, failing: Sequence[str], output: str) -> str
     summary = readme.splitlines()[-1] if readme else project
     listed = "\n".join(f"- {t}" for t in failing[:10])
     more = f"\n- ... and {len(failing) - 10} more" if len(failing) > 10 else ""
-    excerpt = _failure_excerpt(output, failing[0])
+    # object addresses differ between runs; generation must be deterministic
+    excerpt = re.sub(r" at 0x[0-9a-fA-F]+", " at 0x...", _failure_excerpt(output, failing[0]))
     return (f"Bug report for `{project}` ({summary})\n\n"
             f"After a recent change, {len(failing)} test(s) of the suite fail:\n{listed}{more}\n\n"
             f"Output of `pytest {failing[0]}`:\n```\n{excerpt}\n```\n\n"
