@@ -285,6 +285,8 @@ def train(config: TrainConfig, reporter: Reporter | None = None) -> dict[str, An
                             config=config.rollout, scorer=scorer, seed=int(rng.integers(2**62)),
                             first_group_id=step * config.optim.tasks_per_step)
             rollout_seconds = time.perf_counter() - tick
+            if scorer is not None and hasattr(scorer, "observe"):  # learns online (value scorer)
+                scorer.observe(batch.trees)
             # 3. rewards and 4. advantages, per task group
             items = _train_items(batch.trees, estimator, config.optim.drop_zero_variance)
             # 5. update
