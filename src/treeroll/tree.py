@@ -236,8 +236,8 @@ class TokenCounts:
 
     ``generated``: tokens decoded; ``prefill``: prompt/observation tokens the backend actually
     forwarded; ``cached``: prompt tokens served from a prefix cache; ``unique``: tokens of the
-    trie (every token that enters some model context, counted once; the lower bound of
-    computation). ``chain_*``: the same leaves sampled as independent chains, each paying for
+    token trie of all model contexts (every token that enters some context, counted once,
+    identical sibling turns merged; the lower bound of computation). ``chain_*``: the same leaves sampled as independent chains, each paying for
     its whole path (with the usual multi-turn KV reuse inside one chain, none across chains).
     """
 
@@ -279,19 +279,38 @@ class TokenCounts:
         return d
 
 
+def _trie_size(tree: RolloutTree) -> int:
+    """Tokens in the trie of every model context of the tree. Sibling turns that happen to
+    hold identical tokens share trie entries (a prefix cache computes them once)."""
+    trie: dict[int, Any] = {}
+    size = 0
+    end_of: dict[int, dict[int, Any]] = {}
+    for node in tree.nodes:  # creation order: parents first
+        current = trie if node.parent is None else end_of[node.parent.id]
+        tokens = node.action_ids + ([] if node.is_leaf and node.parent is not None
+                                    else node.observation_ids)
+        for token in tokens:
+            following = current.get(token)
+            if following is None:
+                following = current[token] = {}
+                size += 1
+            current = following
+        end_of[node.id] = current
+    return size
+
+
 def token_counts(tree: RolloutTree) -> TokenCounts:
     """Accounting of one tree from what its nodes recorded (``node.info['cost']``)."""
     counts = TokenCounts()
     group = leaves(tree)
     counts.leaves = len(group)
-    counts.unique = len(tree.root.observation_ids)
+    counts.unique = _trie_size(tree)
     for node in tree.nodes[1:]:
         cost = node.info.get("cost", {})
         counts.generated += len(node.action_ids)
         counts.prefill += int(cost.get("prefill", 0))
         counts.cached += int(cost.get("cached", 0))
         counts.env_steps += 1
-        counts.unique += len(node.action_ids) + (0 if node.is_leaf else len(node.observation_ids))
     for leaf in group:
         path = path_to(leaf)
         generated = sum(len(n.action_ids) for n in path)

@@ -1,0 +1,121 @@
+"""The transformers backend: KV forking equals recomputation; seeded sampling is cache-blind."""
+
+from __future__ import annotations
+
+import torch
+
+from treeroll.backends.hf import HFBackend, KVTrie
+from treeroll.base import GenerationRequest, SamplingParams
+
+
+def _random_prompts(vocab: int, lengths: list[int], seed: int = 0) -> list[tuple[int, ...]]:
+    g = torch.Generator().manual_seed(seed)
+    return [tuple(torch.randint(4, vocab, (n,), generator=g).tolist()) for n in lengths]
+
+
+def test_forked_logits_equal_full_recompute(tiny_model, word_tokenizer) -> None:
+    """Logits computed through a forked cache (prefix from the trie, batch padded) equal a
+    plain forward of the whole sequence, within 1e-4."""
+    vocab = len(word_tokenizer)
+    trunk = _random_prompts(vocab, [30])[0]
+    backend = HFBackend(tiny_model)
+    params = SamplingParams(max_new_tokens=5, stop_token_ids=())
+    first = backend.generate([GenerationRequest(trunk, seed=1)], params)[0]
+    assert first.prefill_tokens == len(trunk) and first.cached_tokens == 0
+    # Three children of the same node with different observations, plus one deeper branch.
+    children = [trunk + tuple(first.token_ids) + obs
+                for obs in ((7, 8, 9), (10,), (11, 12, 13, 14, 15, 16))]
+    children.append(trunk[:12] + (20, 21))  # branches mid-trunk
+    completions = backend.generate([GenerationRequest(c, seed=i) for i, c in
+                                    enumerate(children)], params)
+    assert completions[0].cached_tokens == len(trunk) + len(first.token_ids) - 1
+    for child, completion in zip(children, completions, strict=True):
+        full = torch.tensor([list(child) + completion.token_ids[:-1]])
+        with torch.no_grad():
+            logits = tiny_model(input_ids=full).logits[0].float()
+        logp = torch.log_softmax(logits, -1)
+        # logprob of each sampled token, from a plain forward of the whole sequence
+        positions = range(len(child) - 1, len(child) - 1 + len(completion.token_ids))
+        reference = [float(logp[p, t]) for p, t in zip(positions, completion.token_ids,
+                                                        strict=True)]
+        diff = max(abs(a - b) for a, b in zip(reference, completion.logprobs, strict=True))
+        assert diff <= 1e-4, diff
+
+
+def test_cached_logits_match_at_every_position(tiny_model, word_tokenizer) -> None:
+    """Direct check of the padded forward: max abs logit difference <= 1e-4."""
+    vocab = len(word_tokenizer)
+    prompts = _random_prompts(vocab, [9, 17, 4], seed=3)
+    backend = HFBackend(tiny_model)
+    backend.generate([GenerationRequest(p, seed=0) for p in prompts],
+                     SamplingParams(max_new_tokens=3))
+    longer = [p + (5, 6, 7) for p in prompts]
+    matched = [backend.trie.match(p[:-1]) for p in longer]
+    assert all(m > 0 for m, _ in matched)
+    cache, mask, positions, ids = backend._pack([kv for _, kv in matched],
+                                                [m for m, _ in matched],
+                                                [p[m:] for p, (m, _) in zip(longer, matched,
+                                                                            strict=True)])
+    with torch.no_grad():
+        packed = backend._forward(ids, mask, positions, cache)[:, -1]
+        for b, p in enumerate(longer):
+            plain = tiny_model(input_ids=torch.tensor([list(p)])).logits[0, -1]
+            assert float((packed[b] - plain).abs().max()) <= 1e-4
+
+
+def test_seeded_sampling_through_fork_equals_no_cache_path(tiny_model, word_tokenizer) -> None:
+    vocab = len(word_tokenizer)
+    prompts = _random_prompts(vocab, [12, 5, 20], seed=7)
+    params = SamplingParams(temperature=1.0, max_new_tokens=8, stop_token_ids=(2,))
+    cached = HFBackend(tiny_model)
+    plain = HFBackend(tiny_model, use_prefix_cache=False)
+    first = cached.generate([GenerationRequest(p, seed=i) for i, p in enumerate(prompts)], params)
+    second_prompts = [p + tuple(c.token_ids) + (9, 10) for p, c in zip(prompts, first,
+                                                                       strict=True)]
+    requests = [GenerationRequest(p, seed=100 + i) for i, p in enumerate(second_prompts)]
+    requests.append(requests[0])  # a duplicate prompt shares its prefill
+    through_fork = cached.generate(requests, params)
+    reference = plain.generate(requests, params)
+    assert [c.token_ids for c in through_fork] == [c.token_ids for c in reference]
+    assert through_fork[-1].prefill_tokens == 0
+    assert sum(c.cached_tokens for c in through_fork) > 0
+    for c, p in zip(through_fork, requests, strict=True):
+        assert c.prefill_tokens + c.cached_tokens == len(p.prompt_ids)
+    # Batch composition does not change a seeded request's tokens.
+    alone = HFBackend(tiny_model).generate([requests[1]], params)[0]
+    assert alone.token_ids == through_fork[1].token_ids
+
+
+def test_stop_token_and_length_caps(tiny_model) -> None:
+    backend = HFBackend(tiny_model)
+    prompt = (5, 6, 7)
+    out = backend.generate([GenerationRequest(prompt, max_new_tokens=2, seed=0)],
+                           SamplingParams(max_new_tokens=10))[0]
+    assert len(out.token_ids) == 2 and out.finish_reason == "length"
+    greedy = backend.generate([GenerationRequest(prompt)],
+                              SamplingParams(temperature=0.0, max_new_tokens=4))[0]
+    first = greedy.token_ids[0]
+    stopped = backend.generate([GenerationRequest(prompt)],
+                               SamplingParams(temperature=0.0, max_new_tokens=4,
+                                              stop_token_ids=(first,)))[0]
+    assert stopped.token_ids == [first] and stopped.finish_reason == "stop"
+
+
+def test_trie_stores_shared_prefix_once_and_splits() -> None:
+    trie = KVTrie()
+
+    def kv(n: int, offset: float) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        values = torch.arange(n, dtype=torch.float).view(1, n, 1) + offset
+        return [(values.clone(), values.clone())]
+
+    trie.insert((1, 2, 3, 4), kv(4, 0.0))
+    trie.insert((1, 2, 9), kv(3, 0.0))
+    assert trie.num_tokens == 5  # 1 2 stored once, then 3 4 and 9
+    length, got = trie.match((1, 2, 3, 7))
+    assert length == 3 and got[0][0].shape[1] == 3
+    length, _ = trie.match((5,))
+    assert length == 0
+    small = KVTrie(max_tokens=4)
+    small.insert((1, 2, 3), kv(3, 0.0))
+    small.insert((4, 5, 6), kv(3, 0.0))
+    assert small.num_tokens <= 4

@@ -1,0 +1,196 @@
+"""The rollout engine, the tree record, its accounting and export, chain and Tree-GRPO."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from treeroll.backends.hf import HFBackend
+from treeroll.base import Completion, GenerationRequest, SamplingParams
+from treeroll.envs import make_frozenlake
+from treeroll.formatting import TurnFormat
+from treeroll.rollout import RolloutConfig, rollout
+from treeroll.strategies import Chain, TreeGRPO
+from treeroll.tree import (
+    NodeStatus,
+    context_ids,
+    export_trajectories,
+    leaves,
+    load_tree,
+    path_to,
+    save_tree,
+    token_counts,
+)
+
+from .conftest import ScriptedBackend
+
+MOVES = ["```Right```", "```Down```", "```Left```", "```Up```"]
+
+
+def _env():  # type: ignore[no-untyped-def]
+    return make_frozenlake("rllm", size_min=5, size_max=7)
+
+
+class RecordingBackend:
+    """Wraps a backend and remembers every request and completion (token-in/token-out)."""
+
+    def __init__(self, inner) -> None:  # type: ignore[no-untyped-def]
+        self.inner = inner
+        self.log: list[tuple[tuple[int, ...], list[int]]] = []
+
+    def generate(self, requests: Sequence[GenerationRequest],
+                 params: SamplingParams) -> list[Completion]:
+        out = self.inner.generate(requests, params)
+        self.log.extend((r.prompt_ids, c.token_ids) for r, c in zip(requests, out, strict=True))
+        return out
+
+    def reset_cache(self) -> None:
+        self.inner.reset_cache()
+
+
+def test_token_in_token_out_with_a_real_tokenizer(tiny_model, word_tokenizer) -> None:
+    """The ids in the tree are exactly the ids the backend was fed and sampled; a node's
+    context is a concatenation, never decode + re-encode (which would differ here)."""
+    backend = RecordingBackend(HFBackend(tiny_model))
+    fmt = TurnFormat(word_tokenizer)
+    batch = rollout([3, 4], _env, backend, fmt, TreeGRPO(m=2, n=2, l=1),
+                    config=RolloutConfig(max_turn_tokens=6), seed=0)
+    sampled = {(prompt, tuple(tokens)) for prompt, tokens in backend.log}
+    checked = 0
+    for tree in batch.trees:
+        for node in tree.nodes[1:]:
+            assert node.parent is not None
+            assert (tuple(context_ids(node.parent)), tuple(node.action_ids)) in sampled
+            assert len(node.action_logprobs) == len(node.action_ids)
+            checked += 1
+    assert checked > 4
+    # A history rebuilt from the turns' text (what environments see: special tokens dropped)
+    # would not reproduce the ids: the end-of-turn ids the model sampled are gone.
+    leaf = leaves(batch.trees[0])[0]
+    history = context_ids(leaf)
+    text = word_tokenizer.decode(history, skip_special_tokens=True)
+    assert word_tokenizer.encode(text, add_special_tokens=False) != history
+
+
+def test_export_and_accounting_on_a_tree(byte_format) -> None:
+    backend = ScriptedBackend(MOVES, choose_by_seed=True)
+    batch = rollout([11], _env, backend, byte_format, TreeGRPO(m=2, n=2, l=1), seed=1)
+    tree = batch.trees[0]
+    group = leaves(tree)
+    trajectories = export_trajectories(tree)
+    assert len(trajectories) == len(group) >= 2
+    for trajectory, leaf in zip(trajectories, group, strict=True):
+        assert trajectory.prompt_ids == tree.root.observation_ids
+        full = trajectory.prompt_ids + trajectory.response_ids
+        assert full == context_ids(leaf)[: len(full)]
+        model_tokens = [t for t, m in zip(trajectory.response_ids, trajectory.response_mask,
+                                          strict=True) if m]
+        assert model_tokens == [t for n in path_to(leaf)[1:] for t in n.action_ids]
+        assert trajectory.node_path == [n.id for n in path_to(leaf)]
+        assert trajectory.reward == sum(n.reward for n in path_to(leaf))
+    counts = token_counts(tree)
+    # Unique tokens: the trie of all contexts, by brute force.
+    trie: set[tuple[int, ...]] = set()
+    for t in trajectories:
+        seq = t.prompt_ids + t.response_ids
+        trie.update(tuple(seq[: i + 1]) for i in range(len(seq)))
+    assert counts.unique == len(trie)
+    assert counts.chain_unique == sum(len(t.prompt_ids) + len(t.response_ids)
+                                      for t in trajectories)
+    assert counts.generated == sum(len(n.action_ids) for n in tree.nodes)
+    assert counts.chain_generated >= counts.generated
+
+
+def test_tree_json_round_trip(tmp_path, byte_format) -> None:
+    batch = rollout([5], _env, ScriptedBackend(MOVES, choose_by_seed=True), byte_format,
+                    TreeGRPO(m=2, n=1, l=1), seed=2)
+    tree = batch.trees[0]
+    save_tree(tree, tmp_path / "t.json")
+    again = load_tree(tmp_path / "t.json")
+    assert [n.id for n in again.nodes] == [n.id for n in tree.nodes]
+    assert export_trajectories(again) == export_trajectories(tree)
+    with pytest.raises(ValueError, match="treeroll tree file"):
+        (tmp_path / "bad.json").write_text("{}")
+        load_tree(tmp_path / "bad.json")
+
+
+def test_chain_gives_independent_trajectories(byte_format) -> None:
+    batch = rollout([1, 2, 3], _env, ScriptedBackend(MOVES, choose_by_seed=True), byte_format,
+                    Chain(group_size=5), seed=0)
+    for tree in batch.trees:
+        assert len(tree.root.children) == 5
+        assert all(len(n.children) <= 1 for n in tree.nodes[1:])
+        assert len(leaves(tree)) == 5
+        assert all(leaf.status in (NodeStatus.TERMINAL, NodeStatus.TRUNCATED)
+                   for leaf in leaves(tree))
+
+
+def test_tree_grpo_group_size_and_branching(byte_format) -> None:
+    strategy = TreeGRPO(m=2, n=2, l=2)
+    batch = rollout([21, 22], lambda: make_frozenlake("rllm", size_min=7, size_max=9),
+                    ScriptedBackend(MOVES, choose_by_seed=True), byte_format, strategy, seed=3)
+    for tree in batch.trees:
+        assert len(tree.root.children) == 2
+        group = leaves(tree)
+        # M(LN + 1) leaves when every round finds a node to branch from.
+        assert len(group) <= 2 * (2 * 2 + 1)
+        assert len(group) > 2 or all(leaf.depth == 1 for leaf in group)
+
+
+@pytest.mark.parametrize("max_leaves,max_tokens", [(3, None), (None, 40), (4, 60)])
+def test_budget_is_never_exceeded(byte_format, max_leaves, max_tokens) -> None:
+    config = RolloutConfig(max_leaves=max_leaves, max_generated_tokens=max_tokens)
+    for strategy in (Chain(group_size=8), TreeGRPO(m=4, n=2, l=2)):
+        batch = rollout([7, 8, 9], _env, ScriptedBackend(MOVES, choose_by_seed=True),
+                        byte_format, strategy, config=config, seed=4)
+        for tree in batch.trees:
+            counts = token_counts(tree)
+            if max_leaves is not None:
+                assert counts.leaves <= max_leaves
+            if max_tokens is not None:
+                assert counts.generated <= max_tokens
+            assert all(n.status != NodeStatus.ACTIVE for n in tree.nodes)
+
+
+def test_budget_cut_branches_are_marked(byte_format) -> None:
+    batch = rollout([30], lambda: make_frozenlake("rllm", size_min=9, size_max=9),
+                    ScriptedBackend(["```Left```", "```Right```"], choose_by_seed=True),
+                    byte_format, Chain(group_size=4),
+                    config=RolloutConfig(max_generated_tokens=30), seed=0)
+    statuses = {leaf.status for leaf in leaves(batch.trees[0])}
+    assert NodeStatus.BUDGET in statuses
+
+
+def test_env_snapshots_make_branches_independent(byte_format) -> None:
+    """Children of one node continue from identical, independent environment states."""
+    batch = rollout([40], _env, ScriptedBackend(MOVES, choose_by_seed=True), byte_format,
+                    TreeGRPO(m=1, n=3, l=2), seed=5)
+    tree = batch.trees[0]
+    for node in tree.nodes:
+        if len(node.children) > 1:
+            positions = {c.info.get("position") for c in node.children
+                         if c.action_text == node.children[0].action_text}
+            assert len(positions) == 1  # same action from the same state, same outcome
+
+
+def test_generation_is_batched_across_trees(byte_format) -> None:
+    backend = ScriptedBackend(MOVES, choose_by_seed=True)
+    calls = []
+
+    class Counting(ScriptedBackend):
+        def generate(self, requests, params):  # type: ignore[no-untyped-def]
+            calls.append(len(requests))
+            return backend.generate(requests, params)
+
+    rollout([1, 2, 3, 4], _env, Counting(MOVES), byte_format, Chain(group_size=3), seed=0)
+    assert calls[0] == 12  # every branch of every tree in one backend call
+
+
+def test_rollout_is_deterministic_given_seed(tiny_model, word_tokenizer) -> None:
+    fmt = TurnFormat(word_tokenizer)
+    runs = [rollout([3], _env, HFBackend(tiny_model), fmt, TreeGRPO(m=2, n=1, l=1),
+                    config=RolloutConfig(max_turn_tokens=4), seed=9).trees[0] for _ in range(2)]
+    assert [n.action_ids for n in runs[0].nodes] == [n.action_ids for n in runs[1].nodes]
+    assert np.isclose(sum(n.reward for n in runs[0].nodes), sum(n.reward for n in runs[1].nodes))
