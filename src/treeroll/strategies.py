@@ -131,11 +131,22 @@ def _subtree(node: Node) -> list[Node]:
     return out
 
 
+def action_key(node: Node) -> str:
+    """The action a turn took: ``info["action_key"]``, else the moves the environment reports
+    it executed (``info["action_names"]``, FrozenLake), else the stripped reply text."""
+    if "action_key" in node.info:
+        return str(node.info["action_key"])
+    names = node.info.get("action_names")
+    if names and not node.info.get("format_error", False):
+        return "|".join(str(name) for name in names)
+    return node.action_text.strip()
+
+
 def repeated_action(node: Node, theta: int) -> bool:
     """True if the last ``theta`` actions on the path to ``node`` are the same action."""
     if theta < 1:
         return False
-    actions = [n.info.get("action_key", n.action_text.strip()) for n in path_to(node)[1:]]
+    actions = [action_key(n) for n in path_to(node)[1:]]
     return len(actions) >= theta and len(set(actions[-theta:])) == 1
 
 
@@ -196,12 +207,16 @@ class PATR:
             return active
         ctx.state["since_score"] = 0
         scores = self._scores(tree, active, ctx)
-        return self.select(active, scores, ctx.rng)
+        return self.select(active, scores, ctx.rng,
+                           prune=self.use_scores and ctx.scorer is not None)
 
-    def select(self, active: list[Node], scores: list[float],
-               rng: np.random.Generator) -> list[Node]:
-        """One scoring round over ``active`` with ``scores``: expand, survive or prune."""
-        use_prune = self.use_scores and len(active) > 1
+    def select(self, active: list[Node], scores: list[float], rng: np.random.Generator,
+               *, prune: bool | None = None) -> list[Node]:
+        """One scoring round over ``active`` with ``scores``: expand, survive or prune.
+
+        ``prune`` (default ``use_scores``): whether low scores prune; off when the scores are
+        random (scoring disabled or no scorer)."""
+        use_prune = (self.use_scores if prune is None else prune) and len(active) > 1
         threshold = float(np.median(scores)) - self.alpha
         order = sorted(range(len(active)), key=lambda i: (-scores[i], i))
         survivors = [i for i in order if not (use_prune and scores[i] < threshold)]
