@@ -232,9 +232,11 @@ def rollout(
         tree.meta["turns"] = turn
     if timed is not None:
         timing["score"] = timed.seconds
-        timing["generate_and_env"] = timing["generate"] + timing["env"] - timed.seconds
+        timing["generate_and_env"] = timing["generate"] + timing["env"]  # scoring is in neither
         for tree in trees:
             tree.meta["scorer_seconds_batch"] = timed.seconds
+            tree.meta["scorer_calls_batch"] = timed.calls
+            tree.meta["scored_nodes_batch"] = timed.nodes
     timing["total"] = time.perf_counter() - start
     return RolloutBatch(trees=trees, timing=timing)
 
