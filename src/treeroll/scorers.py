@@ -37,6 +37,7 @@ from treeroll.envs.frozenlake import (
     start_distance,
 )
 from treeroll.formatting import TurnFormat
+from treeroll.strategies import action_key
 from treeroll.tree import Node, RolloutTree, leaves, path_to, trajectory_reward
 
 if TYPE_CHECKING:
@@ -63,17 +64,6 @@ def _clamp(value: float) -> float:
 # --------------------------------------------------------------------------------------------
 # Path statistics shared by the heuristics and the value features
 # --------------------------------------------------------------------------------------------
-
-
-def _action_key(node: Node) -> str:
-    """What counts as "the same action": the executed moves when the environment reports them
-    (so ``Moving on. ```Up``` `` and ```` ```Up``` ```` agree), else the stripped reply text."""
-    if "action_key" in node.info:
-        return str(node.info["action_key"])
-    names = node.info.get("action_names")
-    if names and not node.info.get("format_error", False):
-        return "|".join(str(name) for name in names)
-    return node.action_text.strip()
 
 
 def _state_key(node: Node) -> str | None:
@@ -106,7 +96,7 @@ class _TurnFlags:
 
 def _turn_flags(path: Sequence[Node], start_state: str | None = None) -> _TurnFlags:
     turns = path[1:]
-    keys = [_action_key(n) for n in turns]
+    keys = [action_key(n) for n in turns]
     repeat = [i > 0 and keys[i] == keys[i - 1] for i in range(len(keys))]
     states = [_state_key(n) for n in turns]
     revisit: list[bool] | None = None
