@@ -372,7 +372,9 @@ class SWEEnv:
         self.done = self.success = self.submitted = False
         self._undo = {}
         assert self.workspace is not None
-        where = self.workspace.path
+        # copy mode gives every branch its own directory: name none, so reset stays
+        # deterministic in the seed (commands start in the tree either way)
+        where = self.workspace.path if self.sandbox.mode == "overlay" else "."
         if self.config.convention == "mini":
             return (f"<pr_description>\nTask {self.task.task_id}. Consider the following PR "
                     f"description:\n{self.task.problem_statement}\n</pr_description>\n\n"
