@@ -107,11 +107,12 @@ def test_daemonised_processes_die_with_the_command(env):
 @needs_overlay
 def test_fork_bomb_is_contained(env):
     start = time.perf_counter()
-    obs = run(env, "bomb() { bomb | bomb & }; bomb")
+    marker = "treeroll_bomb_marker_4242"  # forked subshells keep this command line
+    obs = run(env, f"exec -a {marker} bash -c 'bomb() {{ bomb | bomb & }}; bomb'")
     assert time.perf_counter() - start < 15
     assert "<returncode>" in obs
     time.sleep(0.2)
-    left = subprocess.run(["pgrep", "-u", "nobody"], capture_output=True, text=True).stdout
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
     assert left.strip() == ""
     assert "ok" in run(env, "echo ok")  # the sandbox still works afterwards
 

@@ -11,8 +11,9 @@ written from the failing tests' output. Generation is deterministic in its seed.
 Validating mutants costs one pytest run each, so the validated tasks are shipped as a small
 index (``treeroll/data/swe_tasks/index.json``) and rebuilt on demand. Re-check them with::
 
-    python -m treeroll.envs.swe.tasks --validate-all        # every shipped task
-    python -m treeroll.envs.swe.tasks --generate 240 --seed 0 --out index.json
+    python -m treeroll.envs.swe --validate-all        # every shipped task
+    python -m treeroll.envs.swe --validate 5          # five random ones
+    python -m treeroll.envs.swe --generate 240 --seed 0 --out index.json
 """
 
 from __future__ import annotations
@@ -579,7 +580,7 @@ def load_swebench_jsonl(path: str | Path, repos: str | Path | Mapping[str, str |
 def main(argv: Sequence[str] | None = None) -> int:
     """``--generate N`` writes a validated index; ``--validate-all`` / ``--validate K``
     re-checks shipped tasks (each must fail before and pass after its reference fix)."""
-    parser = argparse.ArgumentParser(prog="python -m treeroll.envs.swe.tasks",
+    parser = argparse.ArgumentParser(prog="python -m treeroll.envs.swe",
                                      description=main.__doc__)
     parser.add_argument("--generate", type=int, default=0, help="tasks to generate")
     parser.add_argument("--seed", type=int, default=0, help="generation / sampling seed")
