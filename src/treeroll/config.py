@@ -130,6 +130,9 @@ class OptimConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     drop_zero_variance: bool = False
     """Skip groups whose rewards are all equal (DAPO-style dynamic sampling, without refill)."""
+    packed: bool = True
+    """Tree-packed update: every unique token of a tree forwarded once (falls back, with a
+    warning, to one sequence per leaf when the model does not support it)."""
 
 
 @dataclass

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,6 +32,8 @@ from treeroll.formatting import TurnFormat
 from treeroll.plugins import ADVANTAGES, make_env_factory, make_strategy
 from treeroll.rollout import RolloutConfig, count_status, rollout
 from treeroll.strategies import Chain
+from treeroll.training.loss import TrainItem, expanded_backward
+from treeroll.training.packed import packed_backward, unsupported_reason
 from treeroll.tree import (
     RolloutTree,
     TokenCounts,
@@ -40,7 +43,6 @@ from treeroll.tree import (
     save_tree,
     token_counts,
 )
-from treeroll.training.loss import TrainItem, expanded_backward
 
 __all__ = ["EvalResult", "Reporter", "evaluate", "task_pools", "train", "wilson_interval"]
 
@@ -348,13 +350,21 @@ def _update(model: Any, optimizer: Any, items: list[TrainItem], config: TrainCon
         return {"skipped": 1.0}
     # Ratios compare like with like: the update uses the temperature the rollout sampled at.
     loss_config = replace(config.optim.loss, temperature=config.rollout.temperature or 1.0)
+    backward = expanded_backward
+    if config.optim.packed:
+        reason = next((r for r in (unsupported_reason(m) for m in (model, ref_model)
+                                   if m is not None) if r), None)
+        if reason is None:
+            backward = packed_backward
+        else:
+            warnings.warn(f"optim.packed: {reason}; training on expanded leaves instead",
+                          stacklevel=2)
     model.train()
     for _ in range(config.optim.ppo_epochs):
         order = rng.permutation(len(items))
         for chunk in np.array_split(order, config.optim.minibatches):
             optimizer.zero_grad()
-            metrics = expanded_backward(model, [items[i] for i in chunk], loss_config,
-                                        ref_model)
+            metrics = backward(model, [items[i] for i in chunk], loss_config, ref_model)
             metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(
                 model.parameters(), config.optim.max_grad_norm))
             optimizer.step()
