@@ -1,0 +1,218 @@
+"""Tree-packed loss equals the loss over expanded leaves: loss, every gradient, and metrics."""
+
+from __future__ import annotations
+
+import copy
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from treeroll.backends.local import ModelConfig, build_model
+from treeroll.config import TrainConfig
+from treeroll.plugins import ADVANTAGES
+from treeroll.training.loss import LossConfig, TrainItem, expanded_backward
+from treeroll.training.packed import packed_backward, supports_packing, unique_tokens
+from treeroll.training.trainer import _update
+from treeroll.tree import Node, NodeStatus, RolloutTree, export_trajectories
+
+VOCAB = 40
+TINY = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, seed=0)
+TOLERANCE = {torch.float64: 1e-5, torch.float32: 1e-3}
+
+
+def random_tree(rng: random.Random, group_id: int, *, depth: int, width: int,
+                prune: float = 0.0, max_tokens: int = 5) -> RolloutTree:
+    """A tree of ``depth`` turns with ``width`` children per node; each node ends early with
+    probability ``prune``. Some siblings repeat a sibling's action tokens with other logprobs."""
+    prompt = [rng.randrange(3, VOCAB) for _ in range(rng.randint(2, 6))]
+    tree = RolloutTree.new(task_seed=group_id, tree_id=group_id, group_id=group_id,
+                           prompt_ids=prompt, prompt_text="")
+
+    def tokens() -> list[int]:
+        return [rng.randrange(3, VOCAB) for _ in range(rng.randint(1, max_tokens))]
+
+    def grow(parent: Node) -> None:
+        previous: list[int] | None = None
+        for _ in range(width):
+            action = list(previous) if previous and rng.random() < 0.3 else tokens()
+            previous = action
+            last = parent.depth + 1 == depth
+            stop = last or rng.random() < prune
+            child = tree.add_child(
+                parent, action_ids=action,
+                action_logprobs=[-3 * rng.random() for _ in action],
+                observation_ids=tokens(), reward=float(rng.random() < 0.4),
+                status=(NodeStatus.TERMINAL if last else NodeStatus.PRUNED) if stop
+                else NodeStatus.EXPANDED, terminated=stop)
+            if not stop:
+                grow(child)
+
+    grow(tree.root)
+    return tree
+
+
+SHAPES: dict[str, dict[str, Any]] = {
+    "single_chain": {"depth": 6, "width": 1},
+    "deep": {"depth": 6, "width": 2, "prune": 0.3, "max_tokens": 3},
+    "wide": {"depth": 2, "width": 8},
+    "pruned": {"depth": 4, "width": 3, "prune": 0.4},
+}
+
+
+def chain_group(rng: random.Random, group_id: int, size: int = 4,
+                depth: int = 4) -> RolloutTree:
+    """GRPO's group: ``size`` independent chains below the root (no shared turn)."""
+    tree = RolloutTree.new(task_seed=group_id, tree_id=group_id, group_id=group_id,
+                           prompt_ids=[rng.randrange(3, VOCAB) for _ in range(4)], prompt_text="")
+    for _ in range(size):
+        node = tree.root
+        for turn in range(depth):
+            action = [rng.randrange(3, VOCAB) for _ in range(rng.randint(1, 4))]
+            node = tree.add_child(node, action_ids=action,
+                                  action_logprobs=[-3 * rng.random() for _ in action],
+                                  observation_ids=[rng.randrange(3, VOCAB)],
+                                  reward=float(rng.random() < 0.5), terminated=turn == depth - 1)
+    return tree
+
+
+def items_of(trees: list[RolloutTree], estimator: str | None = None) -> list[TrainItem]:
+    """The trainer's items: every leaf of every tree with the estimator's advantage (or a
+    random one of either sign when ``estimator`` is None, so that one-leaf groups learn too)."""
+    rng = random.Random(len(trees))
+    out: list[TrainItem] = []
+    for tree in trees:
+        count = len(export_trajectories(tree))
+        advantages = (ADVANTAGES.get(estimator)(tree) if estimator
+                      else [rng.gauss(0, 1) for _ in range(count)])
+        out.extend(TrainItem(t, float(a))
+                   for t, a in zip(export_trajectories(tree), advantages, strict=True))
+    return out
+
+
+def models(dtype: torch.dtype) -> tuple[Any, Any]:
+    """A tiny Llama and a perturbed copy as the reference model."""
+    model = build_model(VOCAB, TINY).to(dtype)
+    ref = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=generator, dtype=dtype))
+    # Move the policy away from the sampling logprobs so that clipping happens.
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.02 * torch.randn(p.shape, generator=generator, dtype=dtype))
+    return model, ref
+
+
+def assert_same(items: list[TrainItem], config: LossConfig, dtype: torch.dtype,
+                use_ref: bool = False, **packed_kwargs: Any) -> dict[str, float]:
+    """Expanded and packed: same loss, metrics and gradient of every parameter."""
+    model, ref = models(dtype)
+    ref_model = ref if use_ref else None
+    model.zero_grad()
+    expanded = expanded_backward(model, items, config, ref_model)
+    expected = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    packed = packed_backward(model, items, config, ref_model, **packed_kwargs)
+    tolerance = TOLERANCE[dtype]
+    assert packed.keys() == expanded.keys()
+    for key, value in expanded.items():
+        assert packed[key] == pytest.approx(value, rel=tolerance, abs=1e-9), key
+    assert expected.keys() == {n for n, p in model.named_parameters() if p.grad is not None}
+    for name, p in model.named_parameters():
+        assert float(expected[name].norm()) > 0, name
+        error = float((p.grad - expected[name]).norm() / expected[name].norm())
+        assert error <= tolerance, (name, error)
+    return packed
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_packed_equals_expanded_on_tree_shapes(shape: str, dtype: torch.dtype) -> None:
+    rng = random.Random(hash(shape) % 1000)
+    trees = [random_tree(rng, g, **SHAPES[shape]) for g in range(2)]
+    metrics = assert_same(items_of(trees), LossConfig(clip_low=0.1, clip_high=0.1), dtype)
+    assert metrics["clip_fraction"] > 0  # the clipped branch is exercised
+
+
+@pytest.mark.parametrize("normalisation", ["token_mean", "seq_mean"])
+@pytest.mark.parametrize("kl_coef", [0.0, 0.1])
+def test_mixed_trees_and_chains_normalisations_and_kl(normalisation: str,
+                                                       kl_coef: float) -> None:
+    rng = random.Random(7)
+    trees = [random_tree(rng, 0, **SHAPES["pruned"]), chain_group(rng, 1),
+             random_tree(rng, 2, **SHAPES["deep"]), random_tree(rng, 3, **SHAPES["single_chain"])]
+    config = LossConfig(normalisation=normalisation, kl_coef=kl_coef, clip_low=0.1,
+                        clip_high=0.28, temperature=0.8)
+    metrics = assert_same(items_of(trees), config, torch.float64, use_ref=True)
+    assert (metrics["kl"] > 0) == bool(kl_coef)
+
+
+@pytest.mark.parametrize("estimator", ADVANTAGES.names())
+def test_every_advantage_estimator(estimator: str) -> None:
+    rng = random.Random(3)
+    trees = [random_tree(rng, g, depth=3, width=3, prune=0.2) for g in range(2)]
+    assert_same(items_of(trees, estimator), LossConfig(), torch.float32)
+
+
+@pytest.mark.parametrize("max_packed_tokens", [1, 3, 10])
+def test_splitting_at_node_boundaries_changes_nothing(max_packed_tokens: int) -> None:
+    rng = random.Random(11)
+    trees = [random_tree(rng, 0, depth=4, width=2, prune=0.2, max_tokens=3),
+             random_tree(rng, 1, depth=2, width=4)]
+    assert_same(items_of(trees), LossConfig(kl_coef=0.05), torch.float64, use_ref=True,
+                max_packed_tokens=max_packed_tokens)
+
+
+def test_each_unique_token_forwarded_once() -> None:
+    rng = random.Random(5)
+    tree = random_tree(rng, 0, depth=3, width=3)
+    items = items_of([tree])
+    expanded = sum(len(it.trajectory.prompt_ids) + len(it.trajectory.response_ids)
+                   for it in items)
+    nodes = sum(len(n.action_ids) + len(n.observation_ids) for n in tree.nodes)
+    leaves_observations = sum(len(n.observation_ids) for n in tree.nodes if not n.children)
+    assert unique_tokens(items) <= nodes - leaves_observations < expanded
+    chains = items_of([random_tree(random.Random(g), g, depth=3, width=1) for g in range(3)])
+    assert unique_tokens(chains) == sum(
+        len(it.trajectory.prompt_ids) + len(it.trajectory.response_ids) for it in chains)
+
+
+class _Wrapped(torch.nn.Module):
+    """A model that is not a transformers PreTrainedModel (no cache interface)."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, input_ids: torch.Tensor) -> Any:
+        return self.inner(input_ids=input_ids)
+
+
+def test_trainer_packs_by_default_and_falls_back_with_a_warning() -> None:
+    rng = random.Random(2)
+    items = items_of([random_tree(rng, 0, **SHAPES["pruned"])])
+    config = TrainConfig()
+    assert config.optim.packed
+    packable, _ = models(torch.float32)
+    assert supports_packing(packable)
+    wrapped = _Wrapped(copy.deepcopy(packable))
+    assert not supports_packing(wrapped)
+
+    def step(model: Any) -> dict[str, float]:
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        return _update(model, optimizer, items, config, None, np.random.default_rng(0))
+
+    with pytest.warns(UserWarning, match="expanded leaves"):
+        fallback = step(wrapped)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        packed = step(packable)
+    assert packed["loss"] == pytest.approx(fallback["loss"], rel=1e-3)
+    for a, b in zip(packable.parameters(), wrapped.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5)
