@@ -86,8 +86,10 @@ def _parse(cls: type[T], args: list[str], description: str, config_cls: Any = No
             continue
         rest.append(args[i])
         i += 1
-    default = load_config(config_path, cls) if config_path else cls()
-    return tyro.cli(cls, args=rest, default=default, description=description)
+    if config_path is None:
+        return tyro.cli(cls, args=rest, description=description)
+    return tyro.cli(cls, args=rest, default=load_config(config_path, cls),
+                    description=description)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,91 @@
+"""End-to-end through the real `treeroll` command: train, resume, eval, rollout, show."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from treeroll.backends.local import ModelConfig, build_model
+from treeroll.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _treeroll(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "treeroll.cli", *args], cwd=ROOT,
+                          capture_output=True, text=True, check=check, timeout=600)
+
+
+def test_train_changes_parameters_and_writes_metrics(tmp_path) -> None:
+    runs = tmp_path / "runs"
+    result = _treeroll("train", "--config", "configs/tiny.yaml", "--runs-dir", str(runs),
+                       "--name", "e2e")
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert {"start_eval", "final_eval"} <= summary.keys()
+    run = runs / "e2e"
+    config = load_config(run / "config.yaml")
+    assert config.optim.steps == 3
+    # Parameters changed: rebuild the initial model (same seed) and compare.
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(run / "policy")
+    initial = build_model(len(tokenizer), ModelConfig(**vars(config.policy.model)),
+                          pad_token_id=tokenizer.pad_token_id,
+                          eos_token_id=tokenizer.eos_token_id).state_dict()
+    trained = torch.load(run / "checkpoints" / "last.pt", weights_only=False)["model"]
+    changed = [k for k in initial if not torch.equal(initial[k], trained[k])]
+    assert len(changed) >= len(initial) // 2
+    # The metrics file: one JSON object per line, steps 1..3 with the logged figures.
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "success_rate" in r]
+    assert [r["step"] for r in steps] == [1, 2, 3]
+    for r in steps:
+        assert 0.0 <= r["success_rate"] <= 1.0
+        assert r["leaves"] > 0 and r["generated_tokens"] > 0
+        assert r["tokens"]["unique"] <= r["tokens"]["chain_unique"]
+        assert isinstance(r["loss"], float)
+    assert records[0]["step"] == 0 and "eval" in records[0]
+    assert len(list((run / "trees").glob("*.json"))) == 3
+
+    # Training again without --resume refuses to overwrite; --resume continues.
+    again = _treeroll("train", "--config", "configs/tiny.yaml", "--runs-dir", str(runs),
+                      "--name", "e2e", check=False)
+    assert again.returncode == 2 and "--resume" in again.stderr
+    resumed = _treeroll("train", "--config", "configs/tiny.yaml", "--runs-dir", str(runs),
+                        "--name", "e2e", "--resume", "--optim.steps", "4")
+    assert json.loads(resumed.stdout.strip().splitlines()[-1])["steps"] == 4
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines if "success_rate" in x][-1] == 4
+
+    evaluated = _treeroll("eval", "--run", str(run), "--tasks", "4")
+    result_json = json.loads(evaluated.stdout.strip().splitlines()[-1])
+    assert result_json["tasks"] == 4 and 0 <= result_json["success_rate"] <= 1
+
+    tree_path = tmp_path / "tree.json"
+    _treeroll("rollout", "--run", str(run), "--out", str(tree_path), "--task", "5",
+              "--train.strategy.name", "tree_grpo")
+    shown = _treeroll("show", str(tree_path), "--out", str(tmp_path / "pics"))
+    assert (tmp_path / "pics" / "tree.png").exists() and (tmp_path / "pics" / "tree.html").exists()
+    assert "tree.png" in shown.stdout
+
+
+def test_bad_config_and_options_are_named(tmp_path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("optim:\n  stepz: 3\n")
+    result = _treeroll("train", "--config", str(bad), check=False)
+    assert result.returncode == 2
+    assert "optim.stepz" in result.stderr and "steps" in result.stderr
+    bad.write_text("optim:\n  steps: three\n")
+    result = _treeroll("train", "--config", str(bad), check=False)
+    assert "optim.steps" in result.stderr and "int" in result.stderr
+    result = _treeroll("train", "--strategy.name", "nope", "--runs-dir", str(tmp_path),
+                       check=False)
+    assert result.returncode == 2 and "chain" in result.stderr
+    result = _treeroll("frobnicate", check=False)
+    assert result.returncode == 2 and "train" in result.stderr
+    help_text = _treeroll("train", "--help").stdout
+    assert "--optim.steps" in help_text and "default: 60" in help_text.replace("\n", " ")
