@@ -6,7 +6,8 @@ hyper-parameters) -> np.ndarray [num_leaves]`` in :func:`treeroll.tree.leaves` o
 * ``grpo``: ``(R - mean R) / (std R + eps)`` over the group (population std, as GRPO).
 * ``dr_grpo``: ``R - mean R`` (Dr. GRPO drops the std).
 * ``rloo``: ``R_i - mean_{j != i} R_j``.
-* ``tree`` (:func:`tree_advantage`): Tree-GRPO's ``A_intra + A_inter``: GRPO within each first-level subtree (the M
+* ``tree`` (:func:`tree_advantage`): Tree-GRPO's ``A_intra + A_inter``: GRPO within each
+  first-level subtree (the M
   trees of a task) plus GRPO over all leaves of the task.
 
 treeroll's choice for groups of one (the Tree-GRPO paper inherits verl's mean 0, std 1, which

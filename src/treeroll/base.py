@@ -212,9 +212,11 @@ class Strategy(Protocol):
     and stops a tree when its frontier is empty.
     """
 
-    revisits_nodes: bool
-    """True if the strategy may later branch from any node (then every node keeps a forked
-    environment snapshot); False if it only extends the nodes it just created."""
+    @property
+    def revisits_nodes(self) -> bool:
+        """True if the strategy may later branch from any node (then every node keeps a forked
+        environment snapshot); False if it only extends the nodes it just created."""
+        ...
 
     def start(self, tree: RolloutTree, ctx: StrategyContext) -> list[Node]:
         """Return the first frontier (usually the root, several times)."""

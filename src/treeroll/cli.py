@@ -166,6 +166,13 @@ class RolloutCommand:
     warm start, or the scripted agent for env=swe)."""
     task: int = 0
     """Task seed."""
+    env: str | None = None
+    """Shortcut for --train.env.name (e.g. ``swe``: the scripted agent, the SWE scorer, long
+    turns and K = 13 unless set otherwise)."""
+    strategy: str | None = None
+    """Shortcut for --train.strategy.name."""
+    scorer: str | None = None
+    """Shortcut for --train.scorer.name (PATR's default: frozenlake_progress, or swe)."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """Environment, strategy, rollout and scorer settings (as in `treeroll train`)."""
 
@@ -173,10 +180,12 @@ class RolloutCommand:
 def cmd_rollout(args: list[str]) -> int:
     """``treeroll rollout``: build, summarise and save one tree."""
     command = _parse(RolloutCommand, args, RolloutCommand.__doc__ or "")
-    from treeroll.session import build_one_tree, describe_tree
+    from treeroll.session import apply_shortcuts, build_one_tree, describe_tree
     from treeroll.tree import save_tree
 
-    tree = build_one_tree(command.train, task_seed=command.task,
+    config = apply_shortcuts(command.train, env=command.env, strategy=command.strategy,
+                             scorer=command.scorer)
+    tree = build_one_tree(config, task_seed=command.task,
                           run_dir=Path(command.run) if command.run else None)
     save_tree(tree, command.out)
     Console().print(describe_tree(tree))

@@ -31,9 +31,11 @@ def make_strategy(strategy_config: Any) -> Strategy:
     """The configured strategy object named by ``strategy_config.name``."""
     name = strategy_config.name
     if name in STRATEGIES:
-        return getattr(strategy_config, STRATEGIES.get(name))  # type: ignore[no-any-return]
-    obj = load_object(name) if ":" in name else STRATEGIES.get(name)
-    return obj() if isinstance(obj, type) else obj  # type: ignore[no-any-return]
+        strategy: Strategy = getattr(strategy_config, STRATEGIES.get(name))
+        return strategy
+    obj: Any = load_object(name) if ":" in name else STRATEGIES.get(name)
+    made: Strategy = obj() if isinstance(obj, type) else obj
+    return made
 
 
 EnvFactoryBuilder = Callable[[Any], Callable[[], Env]]
@@ -57,9 +59,11 @@ ENVS.register("frozenlake_ragen", _frozenlake("ragen"))
 
 
 def _swe(env_config: Any) -> Callable[[], Env]:
-    from treeroll.envs.swe import make_swe_env
+    from treeroll.envs.swe import builtin_tasks, make_swe_env
 
-    return lambda: make_swe_env()
+    tasks = builtin_tasks()
+    settings = {} if env_config.max_turns is None else {"step_limit": env_config.max_turns}
+    return lambda: make_swe_env("mini", tasks, **settings)
 
 
 ENVS.register("swe", _swe)
@@ -96,3 +100,12 @@ def _scorer_builder(name: str) -> Callable[..., ProcessScorer]:
 
 for _name in ("frozenlake_progress", "degeneracy", "value", "judge", "blend"):
     SCORERS.register(_name, _scorer_builder(_name))
+
+
+def _swe_scorer(config: Any, **context: Any) -> ProcessScorer:
+    from treeroll.envs.swe import SWEProcessScorer
+
+    return SWEProcessScorer()
+
+
+SCORERS.register("swe", _swe_scorer)

@@ -98,7 +98,7 @@ class RolloutBatch:
 
 
 def rollout(
-    tasks: Sequence[int],
+    tasks: Sequence[int] | np.ndarray,
     make_env: Callable[[], Env],
     backend: GenerationBackend,
     turn_format: TurnFormat,
@@ -149,7 +149,7 @@ def rollout(
         turn += 1
         requests: list[GenerationRequest] = []
         owners: list[tuple[int, Node]] = []
-        for t, (tree, frontier) in enumerate(zip(trees, frontiers, strict=True)):
+        for t, frontier in enumerate(frontiers):
             caps = _token_caps(len(frontier), ctxs[t].tokens_left, config.max_turn_tokens)
             for node, cap in zip(frontier, caps, strict=True):
                 if cap == 0:
@@ -196,8 +196,9 @@ def rollout(
                 child.env = env
                 contexts_of[t][child.id] = (contexts_of[t][node.id] + tuple(child.action_ids)
                                             + tuple(obs_ids))
-            if ctxs[t].tokens_left is not None:
-                ctxs[t].tokens_left -= len(child.action_ids)
+            left = ctxs[t].tokens_left
+            if left is not None:
+                ctxs[t].tokens_left = left - len(child.action_ids)
             created[t].append(child)
         timing["env"] += time.perf_counter() - tick
 
@@ -219,7 +220,7 @@ def rollout(
         if on_turn is not None:
             on_turn(turn, sum(len(f) for f in frontiers))
 
-    for t, tree in enumerate(trees):
+    for tree in trees:
         for node in tree.nodes:
             node.env = None
             if node.status == NodeStatus.ACTIVE:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -16,9 +16,34 @@ from treeroll.config import TrainConfig, load_config
 from treeroll.formatting import TurnFormat
 from treeroll.plugins import make_env_factory, make_strategy
 from treeroll.rollout import rollout
+from treeroll.strategies import PATR
 from treeroll.tree import Node, RolloutTree, token_counts
 
-__all__ = ["build_one_tree", "describe_tree", "load_run_policy"]
+__all__ = ["apply_shortcuts", "build_one_tree", "describe_tree", "load_run_policy"]
+
+
+def apply_shortcuts(config: TrainConfig, *, env: str | None, strategy: str | None,
+                    scorer: str | None) -> TrainConfig:
+    """``--env/--strategy/--scorer`` of ``treeroll rollout``, with the defaults each implies:
+    PATR scores with ``frozenlake_progress`` (``swe`` on the SWE env); the SWE env's scripted
+    agent writes long commands (4096-token turns) and PATR scores every K = 13 turns there,
+    as in the paper."""
+    config = replace(config)
+    if env is not None:
+        config.env = replace(config.env, name=env)
+    if strategy is not None:
+        config.strategy = replace(config.strategy, name=strategy)
+    swe = config.env.name == "swe"
+    if scorer is not None:
+        config.scorer = replace(config.scorer, name=scorer)
+    elif config.strategy.name == "patr" and not config.scorer.name:
+        config.scorer = replace(config.scorer, name="swe" if swe else "frozenlake_progress")
+    if swe and config.rollout.max_turn_tokens < 4096:
+        config.rollout = replace(config.rollout, max_turn_tokens=4096)
+    if swe and config.strategy.patr.k_turns == PATR.k_turns:
+        config.strategy = replace(config.strategy,
+                                  patr=replace(config.strategy.patr, k_turns=13))
+    return config
 
 
 def load_run_policy(run_dir: Path) -> tuple[TrainConfig, HFBackend, TurnFormat,
@@ -28,7 +53,7 @@ def load_run_policy(run_dir: Path) -> tuple[TrainConfig, HFBackend, TurnFormat,
     if not checkpoint.exists():
         raise FileNotFoundError(f"no checkpoint at {checkpoint}: is {run_dir} a run folder "
                                 "written by `treeroll train`?")
-    config = load_config(run_dir / "config.yaml")
+    config: TrainConfig = load_config(run_dir / "config.yaml")
     from treeroll.training.trainer import build_policy
 
     make_env = make_env_factory(config.env)
@@ -46,10 +71,10 @@ def _policy_for(config: TrainConfig, run_dir: Path | None
         return backend, turn_format, make_env
     make_env = make_env_factory(config.env)
     if config.env.name == "swe":
-        from treeroll.envs.swe import ScriptedSWEAgent
+        from treeroll.envs.swe import ScriptedSWEAgent, builtin_tasks
         from treeroll.formatting import ByteTokenizer
 
-        return ScriptedSWEAgent(), TurnFormat(ByteTokenizer()), make_env
+        return ScriptedSWEAgent(builtin_tasks()), TurnFormat(ByteTokenizer()), make_env
     import tempfile
 
     from treeroll.training.trainer import _Silent, build_policy, task_pools, warm_start

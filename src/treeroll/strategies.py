@@ -26,7 +26,7 @@ import numpy as np
 from treeroll.base import StrategyContext
 from treeroll.tree import Node, NodeStatus, RolloutTree, path_to
 
-__all__ = ["Chain", "PATR", "RandomTree", "TreeGRPO"]
+__all__ = ["PATR", "Chain", "RandomTree", "TreeGRPO"]
 
 
 def _active(created: Sequence[Node]) -> list[Node]:

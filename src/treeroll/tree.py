@@ -237,8 +237,9 @@ class TokenCounts:
     ``generated``: tokens decoded; ``prefill``: prompt/observation tokens the backend actually
     forwarded; ``cached``: prompt tokens served from a prefix cache; ``unique``: tokens of the
     token trie of all model contexts (every token that enters some context, counted once,
-    identical sibling turns merged; the lower bound of computation). ``chain_*``: the same leaves sampled as independent chains, each paying for
-    its whole path (with the usual multi-turn KV reuse inside one chain, none across chains).
+    identical sibling turns merged; the lower bound of computation). ``chain_*``: the same leaves
+    sampled as independent chains, each paying for its whole path (with the usual multi-turn KV
+    reuse inside one chain, none across chains).
     """
 
     generated: int = 0

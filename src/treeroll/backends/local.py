@@ -20,7 +20,8 @@ import torch
 __all__ = ["ModelConfig", "build_model", "build_word_tokenizer", "load_policy", "save_policy"]
 
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<eos>", "<bos>")
-WORD_PATTERN = r"<think>|</think>|<answer>|</answer>|\|\||```|\n|[A-Z][a-z]+|[a-z]+|[A-Z]|[0-9]|[^\sA-Za-z0-9]"
+WORD_PATTERN = (r"<think>|</think>|<answer>|</answer>|\|\||```|\n"
+                r"|[A-Z][a-z]+|[a-z]+|[A-Z]|[0-9]|[^\sA-Za-z0-9]")
 """How the word-level tokenizer cuts text: the reply-format tags, triple backticks and ``||``
 whole, newlines (the grid's rows), words, single digits, single symbols; other spaces dropped."""
 
@@ -83,7 +84,8 @@ class ModelConfig:
 
 def build_model(vocab_size: int, config: ModelConfig, pad_token_id: int = 0,
                 eos_token_id: int = 2) -> Any:
-    """A freshly initialised ``LlamaForCausalLM`` (float32, SDPA attention)."""
+    """A freshly initialised ``LlamaForCausalLM`` (float32; transformers' default SDPA
+    attention)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(config.seed)
@@ -92,8 +94,7 @@ def build_model(vocab_size: int, config: ModelConfig, pad_token_id: int = 0,
         intermediate_size=config.intermediate_size, num_hidden_layers=config.num_layers,
         num_attention_heads=config.num_heads, num_key_value_heads=config.num_heads,
         max_position_embeddings=config.max_positions, pad_token_id=pad_token_id,
-        eos_token_id=eos_token_id, bos_token_id=None, tie_word_embeddings=True,
-        attn_implementation="sdpa")
+        eos_token_id=eos_token_id, bos_token_id=None, tie_word_embeddings=True)
     return LlamaForCausalLM(llama)
 
 

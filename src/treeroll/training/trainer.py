@@ -110,7 +110,7 @@ def task_pools(config: TrainConfig) -> tuple[np.ndarray, np.ndarray]:
 
 
 def evaluate(backend: HFBackend, turn_format: TurnFormat, make_env: Callable[[], Env],
-             seeds: Sequence[int], config: EvalConfig, rollout_config: RolloutConfig,
+             seeds: Sequence[int] | np.ndarray, config: EvalConfig, rollout_config: RolloutConfig,
              seed: int = 0) -> EvalResult:
     """Success rate of one trajectory per held-out task."""
     settings = replace(rollout_config, temperature=config.temperature, max_leaves=None,
@@ -330,7 +330,7 @@ def train(config: TrainConfig, reporter: Reporter | None = None) -> dict[str, An
 
 def _train_items(trees: list[RolloutTree], estimator: Any, drop_zero_variance: bool
                  ) -> list[TrainItem]:
-    items = []
+    items: list[TrainItem] = []
     for tree in trees:
         trajectories = export_trajectories(tree)
         if not trajectories:

@@ -1,5 +1,4 @@
 import pytest
-
 from graphkit.graph import Graph
 
 

@@ -1,5 +1,4 @@
 import pytest
-
 from ledger.accounts import Account, InsufficientFunds, total_balance, transfer
 
 

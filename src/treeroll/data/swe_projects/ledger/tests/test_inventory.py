@@ -1,5 +1,4 @@
 import pytest
-
 from ledger.inventory import Inventory
 
 

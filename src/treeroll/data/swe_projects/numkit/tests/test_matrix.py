@@ -1,5 +1,4 @@
 import pytest
-
 from numkit.matrix import determinant, identity, matmul, shape, trace, transpose
 
 

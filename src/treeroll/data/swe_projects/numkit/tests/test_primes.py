@@ -1,5 +1,4 @@
 import pytest
-
 from numkit.primes import factorize, gcd, is_prime, lcm, primes_up_to
 
 

@@ -1,5 +1,4 @@
 import pytest
-
 from numkit.stats import mean, median, mode, percentile, stdev, variance
 
 

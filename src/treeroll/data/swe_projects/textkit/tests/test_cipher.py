@@ -1,5 +1,4 @@
 import pytest
-
 from textkit.cipher import caesar, rot13, shift_char, vigenere
 
 

@@ -1,5 +1,4 @@
 import pytest
-
 from textkit.slug import initials, slugify, truncate_words
 
 

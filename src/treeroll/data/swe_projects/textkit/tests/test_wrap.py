@@ -1,5 +1,4 @@
 import pytest
-
 from textkit.wrap import indent, justify, wrap
 
 

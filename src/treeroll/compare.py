@@ -1,0 +1,175 @@
+"""``treeroll compare``: several strategies trained under one budget, over seeds, in a report.
+
+Every strategy gets the same base config, the same number of updates and the same per-task
+generated-token budget (``rollout.max_generated_tokens``; leaves are whatever the strategy
+makes of it). Each (strategy, seed) is an ordinary training run in ``<report>/runs/``, so a
+crashed or interrupted comparison keeps every finished run and is resumed by running the
+same command again (finished runs are read back, not retrained).
+
+The report folder holds ``report.md`` (the table), ``results.json``, ``success_vs_tokens.png``
+and an example tree per strategy (JSON, PNG and HTML).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from treeroll.config import TrainConfig
+from treeroll.training.trainer import Reporter, train
+
+__all__ = ["CompareConfig", "run_compare"]
+
+
+@dataclass
+class CompareConfig:
+    """Strategies trained under the same generated-token budget and number of updates."""
+
+    report_dir: str = "reports/compare"
+    """Where the report (and the runs behind it) are written."""
+    strategies: tuple[str, ...] = ("chain", "tree_grpo", "patr")
+    """Strategies to compare (names as in `treeroll train --strategy.name`)."""
+    seeds: tuple[int, ...] = (0, 1, 2)
+    """Training seeds; each strategy runs once per seed."""
+    token_budget: int = 600
+    """Generated tokens per task per step, for every strategy (rollout.max_generated_tokens)."""
+    patr_scorer: str = "frozenlake_progress"
+    """Process scorer PATR uses."""
+    base: TrainConfig = field(default_factory=TrainConfig)
+    """The training settings every run shares (env, policy, optimiser, evaluation)."""
+
+
+def _t_interval(values: list[float]) -> tuple[float, float, float]:
+    """Mean and 95% t-interval over seeds (normal approximation of the t quantile table)."""
+    mean = float(np.mean(values))
+    if len(values) < 2:
+        return mean, mean, mean
+    quantiles = {2: 12.71, 3: 4.30, 4: 3.18, 5: 2.78, 6: 2.57, 8: 2.36, 10: 2.26}
+    q = quantiles.get(len(values), 1.96)
+    half = q * float(np.std(values, ddof=1)) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def _run_config(config: CompareConfig, strategy: str, seed: int) -> TrainConfig:
+    base = config.base
+    scorer = base.scorer
+    if strategy == "patr":
+        scorer = replace(scorer, name=config.patr_scorer)
+    return replace(
+        base, name=f"{strategy}_seed{seed}", runs_dir=str(Path(config.report_dir) / "runs"),
+        seed=seed, resume=False,
+        strategy=replace(base.strategy, name=strategy), scorer=scorer,
+        rollout=replace(base.rollout, max_generated_tokens=config.token_budget),
+        env=replace(base.env, task_seed=seed))
+
+
+def _collect(run_dir: Path) -> dict[str, Any]:
+    records = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    steps = [r for r in records if "success_rate" in r]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    curve = [(0.0, summary["start_eval"]["success_rate"])]
+    for r in steps:
+        if "eval" in r:
+            curve.append((float(r["cumulative_generated_tokens"]), r["eval"]["success_rate"]))
+    generated = sum(r["generated_tokens"] for r in steps)
+    curve.append((float(generated), summary["final_eval"]["success_rate"]))
+    leaves = sum(r["leaves"] for r in steps)
+    return {
+        "final_success": summary["final_eval"]["success_rate"],
+        "start_success": summary["start_eval"]["success_rate"],
+        "generated_tokens": generated,
+        "leaves": leaves,
+        "leaves_per_1k_tokens": 1000 * leaves / max(generated, 1),
+        "scorer_seconds": sum(r["timing"].get("score", 0.0) for r in steps),
+        "rollout_seconds": sum(r["rollout_seconds"] for r in steps),
+        "wall_seconds": summary.get("wall_seconds", 0.0),
+        "curve": curve,
+    }
+
+
+def run_compare(config: CompareConfig, reporter: Reporter | None = None) -> str:
+    """Train every (strategy, seed), then write the report; returns the report's path."""
+    report = Path(config.report_dir)
+    report.mkdir(parents=True, exist_ok=True)
+    results: dict[str, list[dict[str, Any]]] = {s: [] for s in config.strategies}
+    for strategy in config.strategies:
+        for seed in config.seeds:
+            run_config = _run_config(config, strategy, seed)
+            run_dir = Path(run_config.runs_dir) / run_config.name
+            if not (run_dir / "summary.json").exists() or \
+                    "final_eval" not in json.loads((run_dir / "summary.json").read_text()):
+                if run_dir.exists():
+                    shutil.rmtree(run_dir)  # an unfinished run is redone from the start
+                start = time.perf_counter()
+                summary = train(run_config, reporter)
+                summary["wall_seconds"] = time.perf_counter() - start
+                (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+            results[strategy].append(_collect(run_dir))
+    _write_report(config, results)
+    return str(report / "report.md")
+
+
+def _write_report(config: CompareConfig, results: dict[str, list[dict[str, Any]]]) -> None:
+    from treeroll.tree import load_tree
+    from treeroll.viz import plot_compare, render_tree_html, render_tree_png
+
+    report = Path(config.report_dir)
+    env = config.base.env.name
+    lines = [
+        f"# treeroll compare: {', '.join(config.strategies)}",
+        "",
+        f"Environment `{env}`; {config.base.optim.steps} updates of "
+        f"{config.base.optim.tasks_per_step} tasks; budget {config.token_budget} generated "
+        f"tokens per task per step; seeds {list(config.seeds)}; held-out success on "
+        f"{config.base.eval.tasks} tasks never trained on (temperature "
+        f"{config.base.eval.temperature}); intervals are 95% t-intervals over seeds.",
+        "",
+        "| strategy | held-out success | 95% interval | start | generated tokens | "
+        "leaves / 1k tokens | scorer s | rollout s | wall s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    summary: dict[str, Any] = {}
+    curves: dict[str, list[tuple[float, float, float, float]]] = {}
+    for strategy, runs in results.items():
+        mean, low, high = _t_interval([r["final_success"] for r in runs])
+        start = float(np.mean([r["start_success"] for r in runs]))
+        row = {key: float(np.mean([r[key] for r in runs]))
+               for key in ("generated_tokens", "leaves_per_1k_tokens", "scorer_seconds",
+                           "rollout_seconds", "wall_seconds")}
+        summary[strategy] = {"final_success": mean, "ci95": [low, high], "start": start, **row,
+                             "runs": runs}
+        lines.append(f"| {strategy} | {mean:.3f} | [{low:.3f}, {high:.3f}] | {start:.3f} | "
+                     f"{row['generated_tokens']:.0f} | {row['leaves_per_1k_tokens']:.2f} | "
+                     f"{row['scorer_seconds']:.1f} | {row['rollout_seconds']:.0f} | "
+                     f"{row['wall_seconds']:.0f} |")
+        points = len(runs[0]["curve"])
+        curve = []
+        for i in range(points):
+            xs = [r["curve"][i][0] for r in runs if len(r["curve"]) > i]
+            ys = [r["curve"][i][1] for r in runs if len(r["curve"]) > i]
+            m, lo, hi = _t_interval(ys)
+            curve.append((float(np.mean(xs)), m, lo, hi))
+        curves[strategy] = curve
+        trees = sorted((report / "runs" / f"{strategy}_seed{config.seeds[0]}" / "trees")
+                       .glob("*.json"))
+        if trees:
+            tree = load_tree(trees[-1])
+            shutil.copy(trees[-1], report / f"tree_{strategy}.json")
+            render_tree_png(tree, report / f"tree_{strategy}.png")
+            render_tree_html(tree, report / f"tree_{strategy}.html")
+    plot_compare(curves, report / "success_vs_tokens.png")
+    lines += ["", "![held-out success vs generated tokens](success_vs_tokens.png)", ""]
+    (report / "report.md").write_text("\n".join(lines) + "\n")
+    (report / "results.json").write_text(json.dumps(summary, indent=2))
