@@ -1,4 +1,5 @@
 import pytest
+
 from graphkit.graph import Graph
 
 

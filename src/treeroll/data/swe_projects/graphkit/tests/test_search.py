@@ -1,4 +1,5 @@
 import pytest
+
 from graphkit.graph import Graph
 from graphkit.search import bfs, connected_components, dfs, shortest_path, topological_sort
 

@@ -1,4 +1,5 @@
 import pytest
+
 from ledger.accounts import Account, InsufficientFunds, total_balance, transfer
 
 

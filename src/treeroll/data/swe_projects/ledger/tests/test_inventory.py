@@ -1,4 +1,5 @@
 import pytest
+
 from ledger.inventory import Inventory
 
 

@@ -1,4 +1,5 @@
 import pytest
+
 from ledger.pricing import apply_coupon, bulk_discount, invoice, line_total, round_cents, with_tax
 
 

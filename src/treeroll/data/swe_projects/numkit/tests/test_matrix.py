@@ -1,4 +1,5 @@
 import pytest
+
 from numkit.matrix import determinant, identity, matmul, shape, trace, transpose
 
 

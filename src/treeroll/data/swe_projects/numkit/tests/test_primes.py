@@ -1,4 +1,5 @@
 import pytest
+
 from numkit.primes import factorize, gcd, is_prime, lcm, primes_up_to
 
 

@@ -1,4 +1,5 @@
 import pytest
+
 from numkit.stats import mean, median, mode, percentile, stdev, variance
 
 

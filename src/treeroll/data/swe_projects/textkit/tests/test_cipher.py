@@ -1,4 +1,5 @@
 import pytest
+
 from textkit.cipher import caesar, rot13, shift_char, vigenere
 
 

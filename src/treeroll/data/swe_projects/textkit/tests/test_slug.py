@@ -1,4 +1,5 @@
 import pytest
+
 from textkit.slug import initials, slugify, truncate_words
 
 

@@ -1,4 +1,5 @@
 import pytest
+
 from textkit.wrap import indent, justify, wrap
 
 
