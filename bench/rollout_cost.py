@@ -31,8 +31,8 @@ from treeroll.envs import make_frozenlake
 from treeroll.formatting import TurnFormat
 from treeroll.rollout import RolloutConfig, rollout
 from treeroll.strategies import Chain, TreeGRPO
-from treeroll.tree import TokenCounts, token_counts
 from treeroll.training.trainer import _Silent, warm_start
+from treeroll.tree import TokenCounts, token_counts
 
 
 class MatchedChain(Chain):
@@ -56,7 +56,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     tasks_per_batch, repeats, warm = (8, 2, 40) if args.quick else (32, 5, 60)
 
-    make_env = lambda: make_frozenlake("rllm")  # noqa: E731
+    make_env = lambda: make_frozenlake("rllm")
     tokenizer = build_word_tokenizer(make_env().vocabulary_texts())
     model = build_model(len(tokenizer), ModelConfig(), pad_token_id=tokenizer.pad_token_id,
                         eos_token_id=tokenizer.eos_token_id)
