@@ -10,7 +10,8 @@ same loss and gradients.
 
 Peak memory: each method runs once more in a fresh subprocess that loads the same model and
 items; what is reported is the growth of the process's peak resident set size
-(``resource.getrusage(RUSAGE_SELF).ru_maxrss``) during the backward, i.e. the activations,
+(``VmHWM`` of ``/proc/self/status``, reset through ``/proc/self/clear_refs`` just before)
+during the backward, i.e. the activations,
 logits and autograd buffers the method needed beyond the loaded model and data (allocator
 caching included; CPU only).
 
@@ -106,10 +107,17 @@ def _memory_child(method: str, state_path: Path) -> None:
     model.train()
     for p in model.parameters():  # gradient buffers exist before measuring
         p.grad = torch.zeros_like(p)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = _rss_kib("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")  # reset the peak (VmHWM) to the current RSS
     METHODS[method](model, state["items"], state["config"])
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print((after - before) / 1024)  # ru_maxrss is in KiB on Linux
+    print((_rss_kib("VmHWM") - before) / 1024)
+
+
+def _rss_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # pragma: no cover
 
 
 def main() -> None:
@@ -119,7 +127,9 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=None, help="tasks per strategy")
     parser.add_argument("--repeats", type=int, default=None, help="timings per method")
     parser.add_argument("--warm-start-steps", type=int, default=None)
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (1: on shared cores, OpenMP threads that wait "
+                             "for a busy core make many small ops far slower than big ones)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--memory-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -158,12 +168,16 @@ def main() -> None:
                               for it in items)
         packed_tokens = unique_tokens(items)
         model.train()
-        # Same loss and gradients (float32 tolerance), then the timings, alternating.
+        # Same loss and gradients (float32), checked with random advantages of both signs (a
+        # warm-started policy often gets equal rewards in a group, hence zero advantages),
+        # then the timings with the GRPO advantages, alternating.
+        noisy = [TrainItem(it.trajectory, float(a))
+                 for it, a in zip(items, rng.normal(size=len(items)), strict=True)]
         model.zero_grad()
-        reference = expanded_backward(model, items, config)
+        reference = expanded_backward(model, noisy, config)
         expected = [p.grad.clone() for p in model.parameters()]
         model.zero_grad()
-        packed = packed_backward(model, items, config)
+        packed = packed_backward(model, noisy, config)
         error = max(float((p.grad - g).norm() / g.norm().clamp_min(1e-30))
                     for p, g in zip(model.parameters(), expected, strict=True))
         times: dict[str, list[float]] = {"expanded": [], "packed": []}
