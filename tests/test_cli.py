@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +90,21 @@ def test_bad_config_and_options_are_named(tmp_path) -> None:
     assert result.returncode == 2 and "train" in result.stderr
     help_text = _treeroll("train", "--help").stdout
     assert "--optim.steps" in help_text and "default: 60" in help_text.replace("\n", " ")
+
+
+def test_rollout_swe_with_patr_and_show(tmp_path) -> None:
+    """`treeroll rollout --env swe --strategy patr` builds a tree on a generated task with the
+    scripted agent and the SWE scorer; `treeroll show` renders it."""
+    out = tmp_path / "swe.json"
+    _treeroll("rollout", "--env", "swe", "--strategy", "patr", "--out", str(out),
+              "--train.strategy.patr.k-turns", "2", "--task", "3")
+    data = json.loads(out.read_text())
+    assert data["meta"]["strategy"] == "patr"
+    nodes = data["nodes"]
+    assert len(nodes) > 4
+    assert any(n["score"] is not None for n in nodes)  # the SWE scorer ran
+    assert any("bash" in n["action_text"] for n in nodes[1:])
+    _treeroll("show", str(out), "--out", str(tmp_path / "pics"))
+    page = (tmp_path / "pics" / "swe.html").read_text()
+    drawn = {int(i) for i in re.findall(r'<circle[^>]*data-node-id="(\d+)"', page)}
+    assert drawn == {n["id"] for n in nodes}

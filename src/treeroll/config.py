@@ -208,6 +208,11 @@ def _build(cls: type[T], data: Any, where: str) -> T:
 
 
 def _check_scalar(hint: Any, value: Any, path: str) -> Any:
+    if typing.get_origin(hint) is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"config key {path}: expected a list, got {value!r}")
+        element = typing.get_args(hint)[0]
+        return tuple(_check_scalar(element, v, f"{path}[{i}]") for i, v in enumerate(value))
     options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     if value is None and type(None) in options:
         return None
