@@ -24,7 +24,7 @@ def test_compare_writes_the_report(tmp_path) -> None:
         assert (tmp_path / "report" / f"tree_{strategy}.html").exists()
     assert (tmp_path / "report" / "success_vs_tokens.png").stat().st_size > 1000
     results = json.loads((tmp_path / "report" / "results.json").read_text())
-    for strategy, row in results.items():
+    for row in results.values():
         assert len(row["runs"]) == 2
         low, high = row["ci95"]
         assert low <= row["final_success"] <= high
