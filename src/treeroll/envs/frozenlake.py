@@ -381,8 +381,9 @@ class FrozenLakeEnv:
         supervised warm start; it deliberately encodes no policy)."""
         if self.config.convention == "rllm":
             action = ACTION_NAMES[int(rng.integers(len(ACTION_NAMES)))]
-            reason = ("", "Moving on.\n")[int(rng.integers(2))]
-            return f"{reason}```{action}```"
+            # No reasoning text: a from-scratch model that learns an optional free-text line
+            # tends to repeat it until the turn's token cap (a wasted, malformed turn).
+            return f"```{action}```"
         count = int(rng.integers(1, self.config.actions_per_turn + 1))
         actions = [ACTION_NAMES[int(i)] for i in rng.integers(len(ACTION_NAMES), size=count)]
         return f"<think>Moving on.</think><answer>{' || '.join(actions)}</answer>"
