@@ -145,7 +145,7 @@ def _chunk_backward(model: Any, items: list[TrainItem], weights: list[float],
     loss, clipped = ppo_token_loss(logp, old, advantage, config, ref_logp)
     total = (loss * mask * weight).sum()
     total.backward()
-    metrics["loss"] += float(total)
+    metrics["loss"] += float(total.detach())
     metrics["tokens"] += float(mask.sum())
     metrics["clip_fraction"] += float((clipped.float() * mask).sum())
     metrics["entropy"] += float((entropy.detach() * mask).sum())
