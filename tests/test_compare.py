@@ -12,7 +12,9 @@ from treeroll.config import load_config
 def test_compare_writes_the_report(tmp_path) -> None:
     base = load_config("configs/tiny.yaml")
     base = replace(base, optim=replace(base.optim, steps=2),
-                   eval=replace(base.eval, tasks=4, every=1, tasks_during=4))
+                   eval=replace(base.eval, tasks=4, every=1, tasks_during=4),
+                   strategy=replace(base.strategy,
+                                    patr=replace(base.strategy.patr, k_turns=1)))
     config = CompareConfig(report_dir=str(tmp_path / "report"), strategies=("chain", "patr"),
                            seeds=(0, 1), token_budget=40, base=base)
     report = run_compare(config)
