@@ -120,7 +120,6 @@ def rollout(
                             entropy_window=config.entropy_window)
     rng = np.random.default_rng(seed)
     trees: list[RolloutTree] = []
-    contexts: dict[tuple[int, int], tuple[int, ...]] = {}
     contexts_of: list[dict[int, tuple[int, ...]]] = []
     ctxs: list[StrategyContext] = []
     frontiers: list[list[Node]] = []
@@ -142,7 +141,6 @@ def rollout(
                               tokens_left=config.max_generated_tokens, scorer=timed)
         ctxs.append(ctx)
         frontiers.append(_clip(tree, strategy.start(tree, ctx), ctx, config))
-    del contexts
 
     turn = 0
     while any(frontiers):

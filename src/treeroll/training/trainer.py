@@ -39,9 +39,9 @@ from treeroll.tree import (
     TokenCounts,
     export_trajectories,
     leaves,
-    path_to,
     save_tree,
     token_counts,
+    trajectory_reward,
 )
 
 __all__ = ["EvalResult", "Reporter", "evaluate", "task_pools", "train", "wilson_interval"]
@@ -377,7 +377,7 @@ def _step_record(step: int, trees: list[RolloutTree], update: dict[str, float],
                  cumulative: dict[str, int]) -> dict[str, Any]:
     counts = sum((token_counts(t) for t in trees), TokenCounts())
     group = [leaf for t in trees for leaf in leaves(t)]
-    rewards = [sum(n.reward for n in path_to(leaf)) for leaf in group]
+    rewards = [trajectory_reward(leaf) for leaf in group]
     cumulative["generated"] += counts.generated
     cumulative["computed"] += counts.computed
     cumulative["chain_computed"] += counts.chain_generated + counts.chain_prefill
