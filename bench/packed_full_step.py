@@ -1,72 +1,131 @@
-"""Packed vs expanded update on full default-size steps (8 tasks, as `treeroll train` does).
+"""The default `treeroll train` step with the tree-packed update vs the expanded one, one run.
 
-`bench/train_cost.py --quick` times small batches (2 tasks); this script times the update on
-the batch a default training step produces: the default policy after a short format warm
-start, FrozenLake rLLM convention, Tree-GRPO (M=4, N=2, L=1) and chains (G=8) on 8 tasks, two
-batches each, expanded then packed on identical items in one process. Last line: one JSON
-object with the seconds of each and ``packed_over_expanded`` (< 1 means packing is faster).
+`bench/train_cost.py --quick` times the loss alone on small batches (2 tasks); this script
+times whole training steps as the default config (`configs/frozenlake_rllm.yaml`, rLLM's
+FrozenLake convention: Tree-GRPO M=4 N=2 L=1, 8 tasks per step, 2 threads) runs them: the
+same policy building and format warm start, then ``--steps`` steps of rollout followed by the
+trainer's own update (``_update``: PPO epochs, minibatches, gradient clipping, AdamW step),
+once with ``optim.packed`` on and once off, on copies of the same model and optimiser and the
+same items, the order alternating per step. Training continues from the packed copy. Both
+updates must reach the same weights (checked); the seconds are summed over the steps.
 
-    python bench/packed_full_step.py --threads 2
+``--strategy chain`` times GRPO's chains instead (G = 8 per task, same everything else).
+Last line: one JSON object with ``rollout_s``, ``update_expanded_s``, ``update_packed_s``,
+``step_expanded_s``/``step_packed_s`` (rollout + update) and ``packed_over_expanded`` (update
+time ratio; < 1 means packing is faster).
+
+    python bench/packed_full_step.py                 # 6 default steps (~2 minutes)
+    python bench/packed_full_step.py --strategy chain
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
+import tempfile
 import time
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from treeroll.advantages import grpo
 from treeroll.backends.hf import HFBackend
-from treeroll.backends.local import ModelConfig, build_model, build_word_tokenizer
-from treeroll.config import PolicyConfig
-from treeroll.envs import make_frozenlake
+from treeroll.config import StrategyConfig, load_config
 from treeroll.formatting import TurnFormat
-from treeroll.rollout import RolloutConfig, rollout
-from treeroll.strategies import Chain, TreeGRPO
-from treeroll.training.loss import LossConfig, expanded_backward
-from treeroll.training.packed import packed_backward
-from treeroll.training.trainer import _Silent, _train_items, warm_start
+from treeroll.plugins import ADVANTAGES, make_env_factory, make_strategy
+from treeroll.rollout import rollout
+from treeroll.strategies import Chain
+from treeroll.training.packed import unique_tokens
+from treeroll.training.trainer import (
+    _Silent,
+    _train_items,
+    _update,
+    build_policy,
+    task_pools,
+    warm_start,
+)
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "frozenlake_rllm.yaml"
 
 
 def main() -> None:
-    """Time both updates on full-size steps; print the JSON line last."""
+    """Time both updates on default training steps; print the JSON line last."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--batches", type=int, default=2)
+    parser.add_argument("--config", default=str(DEFAULT_CONFIG))
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--strategy", choices=("default", "chain"), default="default")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    make_env = lambda: make_frozenlake("rllm")
-    tokenizer = build_word_tokenizer(make_env().vocabulary_texts())
+    config = load_config(args.config)
+    if args.strategy == "chain":
+        config = replace(config, strategy=StrategyConfig(name="chain", chain=Chain(group_size=8)))
+    torch.set_num_threads(config.threads or torch.get_num_threads())
+    make_env = make_env_factory(config.env)
+    strategy = make_strategy(config.strategy)
+    estimator = ADVANTAGES.get(config.advantage.name)
+    train_seeds, _ = task_pools(config)
+    torch.manual_seed(config.seed)
+    rng = np.random.default_rng(config.seed)
+    with tempfile.TemporaryDirectory() as folder:
+        model, tokenizer = build_policy(config.policy, make_env, Path(folder) / "policy")
     turn_format = TurnFormat(tokenizer)
-    model = build_model(len(tokenizer), ModelConfig(), pad_token_id=tokenizer.pad_token_id,
-                        eos_token_id=tokenizer.eos_token_id)
-    rng = np.random.default_rng(0)
-    seeds = rng.choice(1_000_000, size=400, replace=False)
-    warm_start(model, tokenizer, turn_format, make_env, seeds,
-               PolicyConfig(warm_start_steps=20, warm_start_batch=16), rng, _Silent())
-    result: dict[str, dict[str, float]] = {}
-    for strategy in (TreeGRPO(m=4, n=2, l=1), Chain(group_size=8)):
-        seconds = {"expanded": 0.0, "packed": 0.0}
-        for batch_index in range(args.batches):
-            batch = rollout(seeds[8 * batch_index: 8 * batch_index + 8], make_env,
-                            HFBackend(model.eval()), turn_format, strategy,
-                            config=RolloutConfig(max_turn_tokens=12), seed=batch_index)
-            items = _train_items(batch.trees, grpo, False)
-            for name, update in (("expanded", expanded_backward), ("packed", packed_backward)):
-                model.zero_grad()
-                start = time.perf_counter()
-                update(model, items, LossConfig())
-                seconds[name] += time.perf_counter() - start
-            print(f"{strategy.name} batch {batch_index}: {len(items)} leaves, "
-                  f"expanded {seconds['expanded']:.2f}s packed {seconds['packed']:.2f}s "
-                  "(cumulative)")
-        result[strategy.name] = {**{k: round(v, 2) for k, v in seconds.items()},
-                                 "packed_over_expanded":
-                                 round(seconds["packed"] / seconds["expanded"], 3)}
-    print(json.dumps({"threads": args.threads, "tasks_per_batch": 8, **result}))
+    if config.policy.warm_start_steps and not config.policy.model_path:
+        warm_start(model, tokenizer, turn_format, make_env, train_seeds, config.policy, rng,
+                   _Silent())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.optim.lr,
+                                  weight_decay=config.optim.weight_decay)
+    variants = {"expanded": replace(config, optim=replace(config.optim, packed=False)),
+                "packed": replace(config, optim=replace(config.optim, packed=True))}
+    seconds = {"rollout": 0.0, "expanded": 0.0, "packed": 0.0}
+    tokens = {"expanded": 0, "packed": 0}
+    for step in range(1, args.steps + 1):
+        tasks = rng.choice(train_seeds, size=config.optim.tasks_per_step, replace=False)
+        model.eval()
+        tick = time.perf_counter()
+        batch = rollout(tasks, make_env, HFBackend(model, pad_token_id=tokenizer.pad_token_id
+                                                   or 0), turn_format, strategy,
+                        config=config.rollout, seed=int(rng.integers(2**62)),
+                        first_group_id=step * config.optim.tasks_per_step)
+        seconds["rollout"] += time.perf_counter() - tick
+        items = _train_items(batch.trees, estimator, config.optim.drop_zero_variance)
+        tokens["expanded"] += sum(len(i.trajectory.prompt_ids) + len(i.trajectory.response_ids)
+                                  for i in items)
+        tokens["packed"] += unique_tokens(items)
+        update_seed = int(rng.integers(2**62))
+        results = {}
+        order = ("expanded", "packed") if step % 2 else ("packed", "expanded")
+        for name in order:
+            copy_model = copy.deepcopy(model)
+            copy_optimizer = torch.optim.AdamW(copy_model.parameters(), lr=config.optim.lr,
+                                               weight_decay=config.optim.weight_decay)
+            copy_optimizer.load_state_dict(optimizer.state_dict())
+            tick = time.perf_counter()
+            metrics = _update(copy_model, copy_optimizer, items, variants[name], None,
+                              np.random.default_rng(update_seed))
+            seconds[name] += time.perf_counter() - tick
+            results[name] = (copy_model, copy_optimizer, metrics)
+        losses = [results[name][2]["loss"] for name in ("packed", "expanded")]
+        difference = abs(losses[0] - losses[1]) / max(abs(losses[1]), 1e-12)
+        model, optimizer, _ = results["packed"]
+        print(f"step {step}: {len(items)} leaves, rollout {seconds['rollout']:.1f}s, update "
+              f"expanded {seconds['expanded']:.1f}s packed {seconds['packed']:.1f}s "
+              f"(cumulative), last-minibatch loss relative difference {difference:.1e}",
+              flush=True)
+        if difference > 1e-3:
+            raise SystemExit(f"packed and expanded updates disagree (loss {losses})")
+    result = {
+        "config": Path(args.config).name, "strategy": strategy.name, "steps": args.steps,
+        "threads": torch.get_num_threads(), "tasks_per_step": config.optim.tasks_per_step,
+        "rollout_s": round(seconds["rollout"], 2),
+        "update_expanded_s": round(seconds["expanded"], 2),
+        "update_packed_s": round(seconds["packed"], 2),
+        "step_expanded_s": round((seconds["rollout"] + seconds["expanded"]) / args.steps, 2),
+        "step_packed_s": round((seconds["rollout"] + seconds["packed"]) / args.steps, 2),
+        "tokens_ratio": round(tokens["expanded"] / max(tokens["packed"], 1), 3),
+        "packed_over_expanded": round(seconds["packed"] / seconds["expanded"], 3),
+    }
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

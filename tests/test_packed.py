@@ -216,3 +216,126 @@ def test_trainer_packs_by_default_and_falls_back_with_a_warning() -> None:
     assert packed["loss"] == pytest.approx(fallback["loss"], rel=1e-3)
     for a, b in zip(packable.parameters(), wrapped.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5)
+
+
+def _masked_reference(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      lengths: list[int] | None) -> torch.Tensor:
+    """Lower-right causal attention with a materialised mask (the slow, obvious way)."""
+    n, prefix = query.shape[2], key.shape[2] - query.shape[2]
+    mask = torch.ones(n, prefix + n, dtype=torch.bool).tril(prefix)[None, None]
+    if lengths is not None:
+        keys = torch.cat([torch.arange(prefix)[None] < torch.tensor(lengths)[:, None],
+                          torch.ones(len(lengths), n, dtype=torch.bool)], dim=1)
+        mask = mask & keys[:, None, None, :]
+    return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("lengths", [None, [9, 3, 1], [9, 9, 9]])
+@pytest.mark.parametrize("prefix", [0, 9])
+def test_prefix_causal_attention_matches_the_masked_softmax(
+        dtype: torch.dtype, lengths: list[int] | None, prefix: int) -> None:
+    from treeroll.training.attention import prefix_causal_attention
+
+    if prefix == 0 and lengths is not None:
+        lengths = None
+    generator = torch.Generator().manual_seed(0)
+    shape = (3, 2, 7, 8)
+    query = torch.randn(shape, generator=generator, dtype=dtype).requires_grad_()
+    key = torch.randn(3, 2, prefix + 7, 8, generator=generator, dtype=dtype).requires_grad_()
+    value = torch.randn(3, 2, prefix + 7, 8, generator=generator, dtype=dtype).requires_grad_()
+    upstream = torch.randn(shape, generator=generator, dtype=dtype)
+    expected = _masked_reference(query, key, value, lengths)
+    expected_grads = torch.autograd.grad(expected, (query, key, value), upstream)
+    got = prefix_causal_attention(query, key, value, prefix_lengths=(
+        None if lengths is None else torch.tensor(lengths)))
+    got_grads = torch.autograd.grad(got, (query, key, value), upstream)
+    tolerance = TOLERANCE[dtype]
+    torch.testing.assert_close(got, expected, rtol=tolerance, atol=tolerance)
+    for a, b in zip(got_grads, expected_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=tolerance, atol=tolerance)
+
+
+def test_prefix_causal_attention_rejects_an_empty_prefix_row() -> None:
+    from treeroll.training.attention import prefix_causal_attention
+
+    q, kv = torch.zeros(2, 1, 3, 4), torch.zeros(2, 1, 5, 4)
+    with pytest.raises(ValueError, match="non-empty prefix"):
+        prefix_causal_attention(q, kv, kv, prefix_lengths=torch.tensor([2, 0]))
+
+
+def test_children_of_different_parents_share_calls_with_ragged_prefixes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from treeroll.training import attention
+
+    seen: list[list[int] | None] = []
+    original = attention.prefix_causal_attention
+
+    def recording(*args: Any, **kwargs: Any) -> torch.Tensor:
+        lengths = kwargs.get("prefix_lengths")
+        seen.append(None if lengths is None else lengths.tolist())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(attention, "prefix_causal_attention", recording)
+    rng = random.Random(4)
+    trees = [random_tree(rng, g, depth=3, width=2) for g in range(4)]
+    assert len({len(tree.root.observation_ids) for tree in trees}) > 1  # ragged prompts
+    items = items_of(trees)
+    assert_same(items, LossConfig(), torch.float64)
+    ragged = [lengths for lengths in seen if lengths is not None and len(set(lengths)) > 1]
+    assert ragged, "no call batched rows with prefixes of different lengths"
+    model, _ = models(torch.float32)
+    before = model.config._attn_implementation
+    packed_backward(model, items, LossConfig())
+    assert model.config._attn_implementation == before
+
+
+def test_attention_implementation_is_restored_after_an_error() -> None:
+    from treeroll.training.attention import tree_attention
+
+    model, _ = models(torch.float32)
+    before = model.config._attn_implementation
+    with pytest.raises(RuntimeError, match="boom"), tree_attention(model):
+        assert model.config._attn_implementation != before
+        raise RuntimeError("boom")
+    assert model.config._attn_implementation == before
+
+
+def test_plan_pads_little_and_respects_the_budget() -> None:
+    from treeroll.training.packed import _plan, _Segment
+
+    def segment(n: int) -> _Segment:
+        zeros = np.zeros(n)
+        return _Segment(np.zeros(n, dtype=np.int64), zeros, zeros, zeros, zeros, zeros,
+                        zeros, zeros, zeros)
+
+    entries = [(segment(n), 50) for n in (400, 390, 12, 10, 10, 9, 3)]
+    batches = _plan(entries, budget=1000, keys_per_token=768.0)
+    assert sorted(len(s) for batch in batches for s, _ in batch) == [3, 9, 10, 10, 12, 390, 400]
+    for batch in batches:
+        longest = max(len(s) for s, _ in batch)
+        assert len(batch) == 1 or len(batch) * longest <= 1000
+        assert all(len(s) * 4 >= longest for s, _ in batch), "a short segment padded to a long"
+    assert len(batches) <= 3
+
+
+def test_grouped_query_attention_model_packs_exactly() -> None:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        use_sliding_window=False)).double()
+    assert supports_packing(model)
+    rng = random.Random(9)
+    items = items_of([random_tree(rng, g, **SHAPES["deep"]) for g in range(2)])
+    model.zero_grad()
+    expanded = expanded_backward(model, items, LossConfig())
+    expected = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    packed = packed_backward(model, items, LossConfig())
+    assert packed["loss"] == pytest.approx(expanded["loss"], rel=1e-5)
+    for name, p in model.named_parameters():
+        error = float((p.grad - expected[name]).norm() / expected[name].norm())
+        assert error <= 1e-5, (name, error)

@@ -70,6 +70,17 @@ class PolicyConfig:
     """Learning rate of the warm start."""
     warm_start_batch: int = 16
     """Synthetic episodes per warm-start step."""
+    warm_start_skill: float = 0.0
+    """0 (default): the warm start teaches the format only (random actions). > 0: its
+    episodes imitate a noisy planner instead, each action on a shortest path with this
+    probability (else random), for whole episodes -- a stand-in for the prior a pretrained
+    model brings, so that RL starts from a policy it can improve. Needs an environment with
+    ``expert_reply(rng, skill)`` (FrozenLake)."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.warm_start_skill <= 1.0:
+            raise ValueError(f"policy.warm_start_skill must be in [0, 1], got "
+                             f"{self.warm_start_skill}")
 
 
 @dataclass

@@ -388,6 +388,52 @@ class FrozenLakeEnv:
         actions = [ACTION_NAMES[int(i)] for i in rng.integers(len(ACTION_NAMES), size=count)]
         return f"<think>Moving on.</think><answer>{' || '.join(actions)}</answer>"
 
+    def expert_reply(self, rng: np.random.Generator, skill: float = 1.0) -> str:
+        """A well-formed reply whose actions follow a shortest path to the goal with
+        probability ``skill`` each (ties broken at random) and are uniformly random otherwise.
+
+        For an *imitation* warm start that stands in for a pretrained model's prior (a noisy
+        planner, ``skill`` < 1, leaves room for RL to improve). Slippery maps plan as if the
+        moves were deterministic.
+        """
+        if not 0.0 <= skill <= 1.0:
+            raise ValueError(f"expert_reply: skill must be in [0, 1], got {skill}")
+        count = (1 if self.config.convention == "rllm"
+                 else int(rng.integers(1, self.config.actions_per_turn + 1)))
+        position, actions = self.position, []
+        for _ in range(count):
+            best = self._planned_actions(position)
+            if best and rng.random() < skill:
+                index = best[int(rng.integers(len(best)))]
+            else:
+                index = int(rng.integers(len(ACTION_NAMES)))
+            actions.append(ACTION_NAMES[index])
+            d_row, d_col = _MOVES[index]
+            position = (min(max(position[0] + d_row, 0), self.size - 1),
+                        min(max(position[1] + d_col, 0), self.size - 1))
+        if self.config.convention == "rllm":
+            return f"```{actions[0]}```"
+        return f"<think>Moving on.</think><answer>{' || '.join(actions)}</answer>"
+
+    def _planned_actions(self, position: Cell) -> list[int]:
+        """Action indices whose (deterministic) move lowers the distance to the goal most."""
+        scored = []
+        for index, (d_row, d_col) in enumerate(_MOVES):
+            cell = (min(max(position[0] + d_row, 0), self.size - 1),
+                    min(max(position[1] + d_col, 0), self.size - 1))
+            if cell == self.goal:
+                distance: int | None = 0
+            elif self.grid[cell[0]][cell[1]] == HOLE:
+                distance = None
+            else:
+                distance = shortest_path_length(self.grid, cell, self.goal)
+            if distance is not None:
+                scored.append((distance, index))
+        if not scored:
+            return []
+        lowest = min(d for d, _ in scored)
+        return [i for d, i in scored if d == lowest]
+
     def vocabulary_texts(self, n_seeds: int = 20) -> list[str]:
         """Sample texts covering every word this environment can emit
         (see :func:`frozenlake_corpus`)."""

@@ -149,8 +149,15 @@ def build_policy(config: PolicyConfig, make_env: Callable[[], Env], policy_dir: 
 def warm_start(model: Any, tokenizer: Any, turn_format: TurnFormat, make_env: Callable[[], Env],
                seeds: np.ndarray, config: PolicyConfig, rng: np.random.Generator,
                reporter: Reporter) -> float:
-    """Supervised format warm start on synthetic episodes whose replies are well formed and
-    whose actions are uniformly random; returns the final loss."""
+    """Supervised warm start on synthetic episodes; returns the final loss.
+
+    With ``config.warm_start_skill == 0`` the replies are well formed and their actions
+    uniformly random (the first four turns: a *format* warm start that encodes no policy).
+    Otherwise whole episodes imitate a noisy planner (``env.expert_reply(rng, skill)``).
+    """
+    if config.warm_start_skill > 0 and not hasattr(make_env(), "expert_reply"):
+        raise ValueError("policy.warm_start_skill > 0 needs an environment with "
+                         "expert_reply(rng, skill) (FrozenLake has one); set it to 0")
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.warm_start_lr)
     reporter.phase("format warm start", config.warm_start_steps)
     loss_value = float("nan")
@@ -158,7 +165,8 @@ def warm_start(model: Any, tokenizer: Any, turn_format: TurnFormat, make_env: Ca
     for step in range(config.warm_start_steps):
         sequences, masks = [], []
         for seed in rng.choice(seeds, size=config.warm_start_batch):
-            ids, mask = _synthetic_episode(tokenizer, turn_format, make_env(), int(seed), rng)
+            ids, mask = _synthetic_episode(tokenizer, turn_format, make_env(), int(seed), rng,
+                                           config.warm_start_skill)
             sequences.append(ids)
             masks.append(mask)
         longest = max(len(s) for s in sequences)
@@ -179,14 +187,16 @@ def warm_start(model: Any, tokenizer: Any, turn_format: TurnFormat, make_env: Ca
 
 
 def _synthetic_episode(tokenizer: Any, turn_format: TurnFormat, env: Any, seed: int,
-                       rng: np.random.Generator, max_turns: int = 4
+                       rng: np.random.Generator, skill: float = 0.0, max_turns: int = 4
                        ) -> tuple[list[int], list[int]]:
-    """Token ids and model-token mask of one episode with random well-formed replies (the
-    first ``max_turns`` turns: the format is the same in every turn)."""
+    """Token ids and model-token mask of one synthetic episode: random well-formed replies for
+    the first ``max_turns`` turns (the format is the same in every turn), or with ``skill`` >
+    0 a whole episode of the environment's noisy planner."""
     ids, _ = turn_format.prompt(env.system_prompt, env.reset(seed))
     mask = [0] * len(ids)
-    for _ in range(max_turns):
-        reply = env.example_reply(rng)
+    turns = max_turns if skill <= 0 else 10_000  # planner episodes run until they end
+    for _ in range(turns):
+        reply = env.expert_reply(rng, skill) if skill > 0 else env.example_reply(rng)
         reply_ids = list(tokenizer.encode(reply, add_special_tokens=False)) + [
             turn_format.eos_token_id]
         ids += reply_ids
