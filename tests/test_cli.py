@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from treeroll.backends.local import ModelConfig, build_model
@@ -108,3 +109,41 @@ def test_rollout_swe_with_patr_and_show(tmp_path) -> None:
     page = (tmp_path / "pics" / "swe.html").read_text()
     drawn = {int(i) for i in re.findall(r'<circle[^>]*data-node-id="(\d+)"', page)}
     assert drawn == {n["id"] for n in nodes}
+
+
+def test_imitation_warm_start_needs_a_planner_and_teaches_the_planner(tmp_path: Path) -> None:
+    import numpy as np
+
+    from treeroll.backends.local import ModelConfig, build_model, build_word_tokenizer
+    from treeroll.config import PolicyConfig
+    from treeroll.envs import make_frozenlake
+    from treeroll.formatting import TurnFormat
+    from treeroll.training.trainer import _Silent, _synthetic_episode, warm_start
+
+    with pytest.raises(ValueError, match="warm_start_skill"):
+        PolicyConfig(warm_start_skill=2.0)
+    make_env = lambda: make_frozenlake("rllm")  # noqa: E731
+    tokenizer = build_word_tokenizer(make_env().vocabulary_texts())
+    turn_format = TurnFormat(tokenizer)
+    rng = np.random.default_rng(0)
+    # A skilled episode runs to its end (the planner reaches the goal); format episodes stop
+    # after four turns.
+    env = make_env()
+    _synthetic_episode(tokenizer, turn_format, env, 5, rng, skill=1.0)
+    assert env.success
+    model = build_model(len(tokenizer), ModelConfig(hidden_size=16, num_layers=1, num_heads=2,
+                                                    intermediate_size=32))
+    loss = warm_start(model, tokenizer, turn_format, make_env, np.arange(50),
+                      PolicyConfig(warm_start_steps=2, warm_start_batch=2,
+                                   warm_start_skill=0.5), rng, _Silent())
+    assert np.isfinite(loss)
+
+    class NoPlanner:
+        def __getattr__(self, name: str) -> object:
+            if name == "expert_reply":
+                raise AttributeError(name)
+            return getattr(make_env(), name)
+
+    with pytest.raises(ValueError, match="expert_reply"):
+        warm_start(model, tokenizer, turn_format, NoPlanner, np.arange(50),
+                   PolicyConfig(warm_start_steps=1, warm_start_skill=0.5), rng, _Silent())

@@ -406,3 +406,29 @@ def test_rllm_random_and_optimal_success_rates() -> None:
     optimal_rate = success_rate("optimal", range(300))
     assert 0.08 <= random_rate <= 0.30, random_rate  # ENVIRONMENTS.md: roughly one in six
     assert optimal_rate >= 0.95, optimal_rate
+
+
+def test_expert_reply_with_full_skill_always_solves_rllm_maps() -> None:
+    rng = np.random.default_rng(0)
+    env = make_frozenlake("rllm")
+    for seed in range(30):
+        env.reset(seed)
+        done = False
+        while not done:
+            _, _, terminated, truncated, info = env.step(env.expert_reply(rng, skill=1.0))
+            assert not info["format_error"]
+            done = terminated or truncated
+        assert info["success"], seed
+
+
+def test_expert_reply_skill_zero_is_random_and_bad_skill_is_rejected() -> None:
+    rng = np.random.default_rng(1)
+    env = make_frozenlake("rllm")
+    env.reset(3)
+    replies = {env.expert_reply(rng, skill=0.0) for _ in range(200)}
+    assert replies == {f"```{a}```" for a in ACTION_NAMES}
+    with pytest.raises(ValueError, match="skill"):
+        env.expert_reply(rng, skill=1.5)
+    ragen = make_frozenlake("ragen")
+    ragen.reset(0)
+    assert re.fullmatch(r"<think>.*</think><answer>.+</answer>", ragen.expert_reply(rng, 0.5))
