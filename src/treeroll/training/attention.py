@@ -35,6 +35,10 @@ __all__ = ["IMPLEMENTATION", "prefix_causal_attention", "tree_attention"]
 IMPLEMENTATION = "treeroll_prefix_causal"
 """The name under which :func:`attention_forward` is registered with transformers."""
 
+CALLS = [0]
+"""How many times :func:`attention_forward` ran (lets the packed update check that a model
+really routes its attention through transformers' attention interface)."""
+
 _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 _flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
 
@@ -128,6 +132,7 @@ def attention_forward(module: Any, query: torch.Tensor, key: torch.Tensor,
     model call's keyword arguments. Returns ``([batch, n, heads, dim], None)`` like the other
     transformers attention functions.
     """
+    CALLS[0] += 1
     if attention_mask is not None:
         raise ValueError(f"{IMPLEMENTATION} attention expects no attention mask; it is only "
                          "meant for treeroll's packed update")

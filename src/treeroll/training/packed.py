@@ -14,21 +14,27 @@ advantage ``A``, the expanded loss ``sum_leaves -w * min(r * A, clip(r) * A)`` e
 each trie token by its leaf multiplicity, so ``clip_fraction``, ``entropy`` and ``kl`` equal the
 expanded ones.
 
-How the trie is computed (measured choice, see ``bench/train_cost.py``): node by node with
-cached prefixes. Unary runs of the trie become segments; a segment's children are forwarded
-together as one right-padded batch whose past is the KV of their common root-to-parent path
-(positions continue from the path length, so they are depth-based). The alternative, one packed
-sequence per tree with a tree-shaped 4D attention mask, forwards the same tokens but its
-attention is dense over the packed length: on FrozenLake trees (leaves of ~2,300 tokens, a tree
-of ~10k unique tokens) that is ~3x the expanded attention work, whereas node-by-node each query
-token attends exactly to its own path, so the attention work is also the ideal one.
+How the trie is computed (measured choice, see ``bench/train_cost.py`` and
+``bench/packed_full_step.py``): node by node with cached prefixes. Unary runs of the trie
+become segments. A call forwards a right-padded batch of segments, each row continuing its own
+root-to-parent path: the path's keys and values are gathered from the parent call into a
+right-padded prefix (rows of one call may have different parents, groups and prefix lengths;
+a key mask hides a row's padding), and positions continue from the row's path length, so they
+are depth-based. Attention over ``[prefix, segment]`` uses
+:mod:`treeroll.training.attention` (exact, no materialised mask). Which segments share a
+call is decided by :func:`_plan`, a dynamic program over an estimated cost (call overhead,
+padded tokens, attention to the prefix). The alternative, one packed sequence per tree with a
+tree-shaped 4D attention mask, forwards the same tokens but its attention is dense over the
+packed length: on FrozenLake trees (leaves of ~2,300 tokens, a tree of ~10k unique tokens)
+that is ~3x the expanded attention work, whereas node by node each query token attends
+exactly to its own path.
 
-Gradients flow through the cached KV into the parent: each call's path KV is handed to its
-children as a detached leaf tensor; the children's subtree is forwarded and back-propagated
+Gradients flow through the cached KV into the parent: each call's KV is handed to its
+children as detached leaf tensors; the children's subtrees are forwarded and back-propagated
 first (depth first), and then the parent is back-propagated with the gradient its KV received.
-So only the calls along one root-to-leaf path hold activations at a time, and a segment longer
-than ``max_packed_tokens`` (or a batch of siblings larger than it) is split into several calls
-without changing the result: the splitting is exact, only the cost changes.
+So only the calls along one root-to-leaf chain hold activations at a time, and a segment longer
+than ``max_packed_tokens`` (or a batch larger than it) is split into several calls without
+changing the result: the splitting is exact, only the cost changes.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from treeroll.training import attention
 from treeroll.training.attention import tree_attention
 from treeroll.training.loss import LossConfig, TrainItem, token_weights
 
@@ -385,7 +392,13 @@ def _forward(model: Any, ids: torch.Tensor, positions: torch.Tensor, past: KV | 
     # the padding after it, and nothing reads the padding's outputs or its KV; a row's padded
     # prefix keys are masked by its prefix length (``extra``).
     cache = DynamicCache(ddp_cache_data=past) if past else DynamicCache()
+    calls = attention.CALLS[0]
     out = model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True, **extra)
+    if past and attention.CALLS[0] == calls:
+        raise RuntimeError(
+            f"{type(model).__name__} did not call transformers' attention interface, so a "
+            "cached prefix would be attended with the wrong causal mask; train it with "
+            "optim.packed false")
     logp_all = torch.log_softmax(out.logits.float() / temperature, dim=-1)
     return logp_all, [(layer.keys, layer.values) for layer in out.cache.layers]
 
