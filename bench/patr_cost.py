@@ -90,6 +90,9 @@ def main() -> None:
                         help="PATR's scorer: frozenlake_progress, degeneracy, blend (progress "
                         "and degeneracy, lambda 0.7), ...")
     parser.add_argument("--k", type=int, default=None, help="PATR's K (default: see docstring)")
+    parser.add_argument("--m", type=int, default=2, help="PATR's children per expansion (M)")
+    parser.add_argument("--alpha", type=float, default=0.5,
+                        help="PATR's prune margin below the median score")
     parser.add_argument("--group-size", type=int, default=8, help="chains per task")
     parser.add_argument("--warm-start-steps", type=int, default=None,
                         help="format warm-start steps (default 20 / 60)")
@@ -136,7 +139,7 @@ def main() -> None:
                 "gives about three scoring rounds inside a typical episode "
                 "(the paper's K = 5 would mostly score after episodes ended)")
     scorer = make_scorer(ScorerConfig(name=args.scorer))
-    schedule = dict(b0=4, k_turns=k_turns, top_k=2, m=2, alpha=0.5, theta=6)
+    schedule = dict(b0=4, k_turns=k_turns, top_k=2, m=args.m, alpha=args.alpha, theta=6)
     print(f"[patr_cost] PATR (K={k_turns}, scorer {args.scorer})", flush=True)
     patr_batch = run(PATR(**schedule), scorer)  # type: ignore[arg-type]
     patr = summarise(patr_batch)
