@@ -48,6 +48,7 @@ def test_train_changes_parameters_and_writes_metrics(tmp_path) -> None:
     for r in steps:
         assert 0.0 <= r["success_rate"] <= 1.0
         assert r["leaves"] > 0 and r["generated_tokens"] > 0
+        assert 0.0 <= r["signal_groups"] <= 1.0
         assert r["tokens"]["unique"] <= r["tokens"]["chain_unique"]
         assert isinstance(r["loss"], float)
     assert records[0]["step"] == 0 and "eval" in records[0]
@@ -122,7 +123,7 @@ def test_imitation_warm_start_needs_a_planner_and_teaches_the_planner(tmp_path: 
 
     with pytest.raises(ValueError, match="warm_start_skill"):
         PolicyConfig(warm_start_skill=2.0)
-    make_env = lambda: make_frozenlake("rllm")  # noqa: E731
+    make_env = lambda: make_frozenlake("rllm")
     tokenizer = build_word_tokenizer(make_env().vocabulary_texts())
     turn_format = TurnFormat(tokenizer)
     rng = np.random.default_rng(0)

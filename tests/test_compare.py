@@ -32,6 +32,9 @@ def test_compare_writes_the_report(tmp_path) -> None:
         assert low <= row["final_success"] <= high
         # The same per-task token budget binds every strategy: 2 steps x 2 tasks x 40 tokens.
         assert all(run["generated_tokens"] <= 2 * 2 * 40 for run in row["runs"])
+        assert 0.0 <= row["signal_groups"] <= 1.0
+        per_seed = " / ".join(f"{run['final_success']:.3f}" for run in row["runs"])
+        assert per_seed in text
     assert results["patr"]["scorer_seconds"] > 0
     # A second call reuses the finished runs instead of retraining them.
     stamp = (tmp_path / "report" / "runs" / "chain_seed0" / "summary.json").stat().st_mtime

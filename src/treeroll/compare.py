@@ -86,12 +86,14 @@ def _collect(run_dir: Path) -> dict[str, Any]:
     generated = sum(r["generated_tokens"] for r in steps)
     curve.append((float(generated), summary["final_eval"]["success_rate"]))
     leaves = sum(r["leaves"] for r in steps)
+    signal = [r["signal_groups"] for r in steps if "signal_groups" in r]
     return {
         "final_success": summary["final_eval"]["success_rate"],
         "start_success": summary["start_eval"]["success_rate"],
         "generated_tokens": generated,
         "leaves": leaves,
         "leaves_per_1k_tokens": 1000 * leaves / max(generated, 1),
+        "signal_groups": float(np.mean(signal)) if signal else None,
         "scorer_seconds": sum(r["timing"].get("score", 0.0) for r in steps),
         "rollout_seconds": sum(r["rollout_seconds"] for r in steps),
         "wall_seconds": summary.get("wall_seconds", 0.0),
@@ -134,24 +136,33 @@ def _write_report(config: CompareConfig, results: dict[str, list[dict[str, Any]]
         f"{config.base.optim.tasks_per_step} tasks; budget {config.token_budget} generated "
         f"tokens per task per step; seeds {list(config.seeds)}; held-out success on "
         f"{config.base.eval.tasks} tasks never trained on (temperature "
-        f"{config.base.eval.temperature}); intervals are 95% t-intervals over seeds.",
+        f"{config.base.eval.temperature}); intervals are 95% t-intervals over seeds. "
+        "Groups with signal: the share of a step's task groups whose leaves' rewards differ "
+        "(the only groups that give a group-relative gradient), averaged over steps.",
         "",
-        "| strategy | held-out success | 95% interval | start | generated tokens | "
-        "leaves / 1k tokens | scorer s | rollout s | wall s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| strategy | held-out success | 95% interval | per seed | start | generated tokens | "
+        "leaves / 1k tokens | groups with signal | scorer s | rollout s | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     summary: dict[str, Any] = {}
     curves: dict[str, list[tuple[float, float, float, float]]] = {}
     for strategy, runs in results.items():
         mean, low, high = _t_interval([r["final_success"] for r in runs])
         start = float(np.mean([r["start_success"] for r in runs]))
-        row = {key: float(np.mean([r[key] for r in runs]))
-               for key in ("generated_tokens", "leaves_per_1k_tokens", "scorer_seconds",
-                           "rollout_seconds", "wall_seconds")}
+        row: dict[str, Any] = {key: float(np.mean([r[key] for r in runs]))
+                               for key in ("generated_tokens", "leaves_per_1k_tokens",
+                                           "scorer_seconds", "rollout_seconds",
+                                           "wall_seconds")}
+        signal = [r["signal_groups"] for r in runs if r.get("signal_groups") is not None]
+        row["signal_groups"] = float(np.mean(signal)) if signal else None
         summary[strategy] = {"final_success": mean, "ci95": [low, high], "start": start, **row,
                              "runs": runs}
-        lines.append(f"| {strategy} | {mean:.3f} | [{low:.3f}, {high:.3f}] | {start:.3f} | "
+        per_seed = " / ".join(f"{r['final_success']:.3f}" for r in runs)
+        shown = "n/a" if row["signal_groups"] is None else f"{row['signal_groups']:.2f}"
+        lines.append(f"| {strategy} | {mean:.3f} | [{low:.3f}, {high:.3f}] | {per_seed} | "
+                     f"{start:.3f} | "
                      f"{row['generated_tokens']:.0f} | {row['leaves_per_1k_tokens']:.2f} | "
+                     f"{shown} | "
                      f"{row['scorer_seconds']:.1f} | {row['rollout_seconds']:.0f} | "
                      f"{row['wall_seconds']:.0f} |")
         points = len(runs[0]["curve"])

@@ -398,6 +398,9 @@ def _step_record(step: int, trees: list[RolloutTree], update: dict[str, float],
         if group else 0.0,
         "reward_mean": float(np.mean(rewards)) if rewards else 0.0,
         "leaves": len(group),
+        # Groups whose leaves' rewards differ: the only ones that give GRPO a gradient.
+        "signal_groups": float(np.mean([len({trajectory_reward(leaf) for leaf in leaves(t)}) > 1
+                                        for t in trees])) if trees else 0.0,
         "generated_tokens": counts.generated,
         "cumulative_generated_tokens": cumulative["generated"],
         "tokens": {**counts.as_dict(),
