@@ -339,3 +339,29 @@ def test_grouped_query_attention_model_packs_exactly() -> None:
     for name, p in model.named_parameters():
         error = float((p.grad - expected[name]).norm() / expected[name].norm())
         assert error <= 1e-5, (name, error)
+
+
+def test_a_model_that_bypasses_the_attention_interface_is_refused_then_trained_expanded(
+        ) -> None:
+    from treeroll.training.packed import PackingUnsupported
+
+    rng = random.Random(6)
+    items = items_of([random_tree(rng, 0, depth=3, width=2)])
+    model, _ = models(torch.float32)
+    expected = copy.deepcopy(model)
+    for layer in model.model.layers:  # its attention no longer follows model.config
+        layer.self_attn.config = copy.deepcopy(model.config)
+    with pytest.raises(PackingUnsupported, match=r"optim\.packed false"):
+        packed_backward(model, items, LossConfig())
+    config = TrainConfig()
+    for m in (model, expected):
+        m.zero_grad()
+    with pytest.warns(UserWarning, match="expanded leaves"):
+        _update(model, torch.optim.SGD(model.parameters(), lr=0.1), items, config, None,
+                np.random.default_rng(0))
+    config_expanded = TrainConfig()
+    config_expanded.optim.packed = False
+    _update(expected, torch.optim.SGD(expected.parameters(), lr=0.1), items, config_expanded,
+            None, np.random.default_rng(0))
+    for a, b in zip(model.parameters(), expected.parameters(), strict=True):
+        torch.testing.assert_close(a, b)

@@ -52,7 +52,13 @@ from treeroll.training import attention
 from treeroll.training.attention import tree_attention
 from treeroll.training.loss import LossConfig, TrainItem, token_weights
 
-__all__ = ["packed_backward", "supports_packing", "unique_tokens", "unsupported_reason"]
+__all__ = ["PackingUnsupported", "packed_backward", "supports_packing", "unique_tokens",
+           "unsupported_reason"]
+
+
+class PackingUnsupported(RuntimeError):
+    """The model turned out not to support packing while running (its attention does not go
+    through transformers' attention interface); nothing was changed but accumulated grads."""
 
 
 def unsupported_reason(model: Any) -> str | None:
@@ -395,7 +401,7 @@ def _forward(model: Any, ids: torch.Tensor, positions: torch.Tensor, past: KV | 
     calls = attention.CALLS[0]
     out = model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True, **extra)
     if past and attention.CALLS[0] == calls:
-        raise RuntimeError(
+        raise PackingUnsupported(
             f"{type(model).__name__} did not call transformers' attention interface, so a "
             "cached prefix would be attended with the wrong causal mask; train it with "
             "optim.packed false")

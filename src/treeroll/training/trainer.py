@@ -33,7 +33,7 @@ from treeroll.plugins import ADVANTAGES, make_env_factory, make_strategy
 from treeroll.rollout import RolloutConfig, count_status, rollout
 from treeroll.strategies import Chain
 from treeroll.training.loss import TrainItem, expanded_backward
-from treeroll.training.packed import packed_backward, unsupported_reason
+from treeroll.training.packed import PackingUnsupported, packed_backward, unsupported_reason
 from treeroll.tree import (
     RolloutTree,
     TokenCounts,
@@ -374,7 +374,14 @@ def _update(model: Any, optimizer: Any, items: list[TrainItem], config: TrainCon
         order = rng.permutation(len(items))
         for chunk in np.array_split(order, config.optim.minibatches):
             optimizer.zero_grad()
-            metrics = backward(model, [items[i] for i in chunk], loss_config, ref_model)
+            try:
+                metrics = backward(model, [items[i] for i in chunk], loss_config, ref_model)
+            except PackingUnsupported as err:
+                warnings.warn(f"optim.packed: {err}; training on expanded leaves instead",
+                              stacklevel=2)
+                backward = expanded_backward
+                optimizer.zero_grad()
+                metrics = backward(model, [items[i] for i in chunk], loss_config, ref_model)
             metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(
                 model.parameters(), config.optim.max_grad_norm))
             optimizer.step()
