@@ -136,7 +136,8 @@ def _write_report(config: CompareConfig, results: dict[str, list[dict[str, Any]]
         f"{config.base.optim.tasks_per_step} tasks; budget {config.token_budget} generated "
         f"tokens per task per step; seeds {list(config.seeds)}; held-out success on "
         f"{config.base.eval.tasks} tasks never trained on (temperature "
-        f"{config.base.eval.temperature}); intervals are 95% t-intervals over seeds. "
+        f"{config.base.eval.temperature}); intervals are 95% t-intervals over seeds, clipped "
+        "to [0, 1]. "
         "Groups with signal: the share of a step's task groups whose leaves' rewards differ "
         "(the only groups that give a group-relative gradient), averaged over steps.",
         "",
@@ -148,6 +149,7 @@ def _write_report(config: CompareConfig, results: dict[str, list[dict[str, Any]]
     curves: dict[str, list[tuple[float, float, float, float]]] = {}
     for strategy, runs in results.items():
         mean, low, high = _t_interval([r["final_success"] for r in runs])
+        low, high = max(low, 0.0), min(high, 1.0)  # a success rate lies in [0, 1]
         start = float(np.mean([r["start_success"] for r in runs]))
         row: dict[str, Any] = {key: float(np.mean([r[key] for r in runs]))
                                for key in ("generated_tokens", "leaves_per_1k_tokens",
