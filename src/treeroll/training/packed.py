@@ -232,25 +232,23 @@ def _plan(entries: list[tuple[_Segment, int]], budget: int, keys_per_token: floa
     """
     ordered = sorted(entries, key=lambda e: -len(e[0]))
     count = len(ordered)
-    best = [0.0] * (count + 1)
-    cut = [count] * (count + 1)
+    prefixes = np.asarray([prefix for _, prefix in ordered], dtype=np.float64)
+    best = np.zeros(count + 1)
+    cut = np.full(count + 1, count)
     for i in range(count - 1, -1, -1):
         longest = len(ordered[i][0])
-        widest = 0
-        best[i] = float("inf")
-        for j in range(i + 1, count + 1):
-            if j > i + 1 and (j - i) * longest > budget:
-                break
-            widest = max(widest, ordered[j - 1][1])
-            cost = (CALL_OVERHEAD_TOKENS
-                    + (j - i) * longest * (1.0 + (widest + longest / 2) / keys_per_token)
-                    + best[j])
-            if cost < best[i]:
-                best[i], cut[i] = cost, j
+        rows = max(1, min(count - i, budget // max(longest, 1)))  # batch sizes 1..rows
+        sizes = np.arange(1, rows + 1)
+        widest = np.maximum.accumulate(prefixes[i: i + rows])
+        costs = (CALL_OVERHEAD_TOKENS
+                 + sizes * longest * (1.0 + (widest + longest / 2) / keys_per_token)
+                 + best[i + 1: i + rows + 1])
+        k = int(np.argmin(costs))
+        best[i], cut[i] = costs[k], i + k + 1
     out, i = [], 0
     while i < count:
-        out.append(ordered[i: cut[i]])
-        i = cut[i]
+        out.append(ordered[i: int(cut[i])])
+        i = int(cut[i])
     return out
 
 
