@@ -402,7 +402,7 @@ class FrozenLakeEnv:
                  else int(rng.integers(1, self.config.actions_per_turn + 1)))
         position, actions = self.position, []
         for _ in range(count):
-            best = self._planned_actions(position)
+            best = self.planner_actions(position)
             if best and rng.random() < skill:
                 index = best[int(rng.integers(len(best)))]
             else:
@@ -415,8 +415,9 @@ class FrozenLakeEnv:
             return f"```{actions[0]}```"
         return f"<think>Moving on.</think><answer>{' || '.join(actions)}</answer>"
 
-    def _planned_actions(self, position: Cell) -> list[int]:
-        """Action indices whose (deterministic) move lowers the distance to the goal most."""
+    def planner_actions(self, position: Cell) -> list[int]:
+        """Indices (into ``ACTION_NAMES``) of the moves from ``position`` that end nearest the
+        goal by shortest path, avoiding holes (deterministic moves; empty if none can)."""
         scored = []
         for index, (d_row, d_col) in enumerate(_MOVES):
             cell = (min(max(position[0] + d_row, 0), self.size - 1),
