@@ -159,7 +159,9 @@ def warm_start(model: Any, tokenizer: Any, turn_format: TurnFormat, make_env: Ca
         raise ValueError("policy.warm_start_skill > 0 needs an environment with "
                          "expert_reply(rng, skill) (FrozenLake has one); set it to 0")
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.warm_start_lr)
-    reporter.phase("format warm start", config.warm_start_steps)
+    reporter.phase("format warm start" if config.warm_start_skill <= 0 else
+                   f"imitation warm start (planner skill {config.warm_start_skill:g})",
+                   config.warm_start_steps)
     loss_value = float("nan")
     model.train()
     for step in range(config.warm_start_steps):
