@@ -12,7 +12,7 @@ The README quotes it: the default model (2 layers, 64 wide) stays at the constan
 level for ~1,600 steps of 32 states (lr 1e-3) and then starts to learn.
 
     python bench/grid_probe.py --steps 2000            # ~6 minutes on 2 CPU cores
-    python bench/grid_probe.py --hidden 128 --layers 4 --steps 400 --lr 3e-3
+    python bench/grid_probe.py --hidden 128 --layers 4 --steps 400
 
 Last line: one JSON object with the accuracy curve and the final accuracy.
 """
