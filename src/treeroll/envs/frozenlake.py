@@ -161,6 +161,12 @@ def make_frozenlake(convention: str = "rllm", **overrides: Any) -> FrozenLakeEnv
 # --------------------------------------------------------------------------------------------
 
 
+def _neighbour(cell: Cell, action_index: int, size: int) -> Cell:
+    """The cell one deterministic move away (moves into the edge leave the player in place)."""
+    d_row, d_col = _MOVES[action_index]
+    return (min(max(cell[0] + d_row, 0), size - 1), min(max(cell[1] + d_col, 0), size - 1))
+
+
 def shortest_path_length(grid: Sequence[str], source: Cell, target: Cell) -> int | None:
     """Fewest 4-neighbour moves from ``source`` to ``target`` avoiding holes (BFS); ``None`` if
     no such path exists or ``source`` is a hole. ``grid`` rows hold ``_``, ``O`` and ``G``."""
@@ -408,9 +414,7 @@ class FrozenLakeEnv:
             else:
                 index = int(rng.integers(len(ACTION_NAMES)))
             actions.append(ACTION_NAMES[index])
-            d_row, d_col = _MOVES[index]
-            position = (min(max(position[0] + d_row, 0), self.size - 1),
-                        min(max(position[1] + d_col, 0), self.size - 1))
+            position = _neighbour(position, index, self.size)
         if self.config.convention == "rllm":
             return f"```{actions[0]}```"
         return f"<think>Moving on.</think><answer>{' || '.join(actions)}</answer>"
@@ -419,15 +423,10 @@ class FrozenLakeEnv:
         """Indices (into ``ACTION_NAMES``) of the moves from ``position`` that end nearest the
         goal by shortest path, avoiding holes (deterministic moves; empty if none can)."""
         scored = []
-        for index, (d_row, d_col) in enumerate(_MOVES):
-            cell = (min(max(position[0] + d_row, 0), self.size - 1),
-                    min(max(position[1] + d_col, 0), self.size - 1))
-            if cell == self.goal:
-                distance: int | None = 0
-            elif self.grid[cell[0]][cell[1]] == HOLE:
-                distance = None
-            else:
-                distance = shortest_path_length(self.grid, cell, self.goal)
+        for index in range(len(_MOVES)):
+            # None for a hole (or a cell cut off from the goal), 0 on the goal itself
+            distance = shortest_path_length(self.grid, _neighbour(position, index, self.size),
+                                            self.goal)
             if distance is not None:
                 scored.append((distance, index))
         if not scored:
@@ -494,10 +493,7 @@ class FrozenLakeEnv:
         if self.config.slippery:
             # Gymnasium's FrozenLake: (a - 1) % 4, a, (a + 1) % 4, each with probability 1/3.
             action_index = (action_index - 1 + int(self._rng.integers(3))) % 4
-        d_row, d_col = _MOVES[action_index]
-        row = min(max(self.position[0] + d_row, 0), self.size - 1)
-        col = min(max(self.position[1] + d_col, 0), self.size - 1)
-        self.position = (row, col)
+        self.position = _neighbour(self.position, action_index, self.size)
 
 
 # --------------------------------------------------------------------------------------------

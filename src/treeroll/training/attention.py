@@ -75,13 +75,15 @@ class _PrefixCausal(torch.autograd.Function):
 
 def prefix_causal_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *,
                             prefix_lengths: torch.Tensor | None = None,
-                            scale: float | None = None) -> torch.Tensor:
+                            scale: float | None = None, dropout: float = 0.0) -> torch.Tensor:
     """Attention of ``n`` queries over ``P`` prefix keys followed by their own ``n`` keys.
 
     ``query`` is ``[batch, heads, n, dim]``; ``key``/``value`` are ``[batch, heads, P + n,
     dim]`` (the same number of heads as ``query``). Query ``i`` attends to the prefix keys
     ``j < prefix_lengths[b]`` (all ``P`` when ``prefix_lengths`` is None) and to the segment
-    keys ``P .. P + i``. Returns ``[batch, heads, n, dim]``.
+    keys ``P .. P + i``. Returns ``[batch, heads, n, dim]``. With ``prefix_lengths``, every
+    entry must be >= 1 when ``P > 0``. Attention ``dropout`` takes the masked SDPA path (exact,
+    not fused).
     """
     n = query.shape[2]
     prefix = key.shape[2] - n
@@ -90,7 +92,7 @@ def prefix_causal_attention(query: torch.Tensor, key: torch.Tensor, value: torch
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     if prefix == 0:
         return torch.nn.functional.scaled_dot_product_attention(
-            query, key, value, is_causal=True, scale=scale)
+            query, key, value, is_causal=True, scale=scale, dropout_p=dropout)
     key_mask = None
     if prefix_lengths is not None:
         if bool((prefix_lengths <= 0).any()):
@@ -100,8 +102,8 @@ def prefix_causal_attention(query: torch.Tensor, key: torch.Tensor, value: torch
                     < prefix_lengths.to(query.device)[:, None])  # [batch, P]
         if bool(key_mask.all()):
             key_mask = None
-    fast = (query.device.type == "cpu" and query.dtype in (torch.float32, torch.float64,
-                                                           torch.bfloat16, torch.float16))
+    fast = (not dropout and query.device.type == "cpu"
+            and query.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16))
     if not fast:
         full = torch.ones(n, prefix + n, dtype=torch.bool, device=query.device).tril(prefix)
         mask = full[None, None]
@@ -109,7 +111,7 @@ def prefix_causal_attention(query: torch.Tensor, key: torch.Tensor, value: torch
             mask = mask & torch.cat([key_mask, key_mask.new_ones(len(key_mask), n)],
                                     dim=1)[:, None, None, :]
         return torch.nn.functional.scaled_dot_product_attention(
-            query, key, value, attn_mask=mask, scale=scale)
+            query, key, value, attn_mask=mask, scale=scale, dropout_p=dropout)
     prefix_mask = None
     if key_mask is not None:
         # additive, broadcast over heads and queries: [batch, 1, 1, P]
@@ -140,18 +142,9 @@ def attention_forward(module: Any, query: torch.Tensor, key: torch.Tensor,
     if groups > 1:  # grouped-query attention: repeat the key/value heads
         key = key.repeat_interleave(groups, dim=1)
         value = value.repeat_interleave(groups, dim=1)
-    lengths = kwargs.get("treeroll_prefix_lengths")
-    if dropout:
-        n, prefix = query.shape[2], key.shape[2] - query.shape[2]
-        mask = torch.ones(n, prefix + n, dtype=torch.bool, device=query.device).tril(prefix)
-        mask = mask[None, None].expand(query.shape[0], 1, n, prefix + n).clone()
-        if lengths is not None:
-            mask[:, :, :, :prefix] &= (torch.arange(prefix, device=query.device)[None, :]
-                                       < lengths.to(query.device)[:, None])[:, None, None, :]
-        out = torch.nn.functional.scaled_dot_product_attention(
-            query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling)
-    else:
-        out = prefix_causal_attention(query, key, value, prefix_lengths=lengths, scale=scaling)
+    out = prefix_causal_attention(query, key, value,
+                                  prefix_lengths=kwargs.get("treeroll_prefix_lengths"),
+                                  scale=scaling, dropout=dropout)
     return out.transpose(1, 2).contiguous(), None
 
 

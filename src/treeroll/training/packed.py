@@ -309,20 +309,16 @@ class _Run:
         if children:
             leaves = [(k.detach().requires_grad_(), v.detach().requires_grad_())
                       for k, v in layers]
-            ref_leaves = ref_layers
             path_lengths = lengths + np.asarray([len(s) for s in segments], dtype=np.int64)
             entries = [(child, int(path_lengths[b])) for child, b in children]
             parent_of = {id(child): b for child, b in children}
             for batch in _plan(entries, self.budget, self.keys_per_token):
                 parent_rows = np.asarray([parent_of[id(child)] for child, _ in batch])
                 index = _path_index(parent_rows, lengths, path_lengths, width)
-                child_past = [(_gather(k, parent_rows, index), _gather(v, parent_rows, index))
-                              for k, v in leaves]
-                child_ref = (None if ref_leaves is None else
-                             [(_gather(k, parent_rows, index), _gather(v, parent_rows, index))
-                              for k, v in ref_leaves])
-                self.call([child for child, _ in batch], child_past, child_ref,
-                          path_lengths[parent_rows])
+                child_ref = (None if ref_layers is None
+                             else _gather(ref_layers, parent_rows, index))
+                self.call([child for child, _ in batch], _gather(leaves, parent_rows, index),
+                          child_ref, path_lengths[parent_rows])
             for (k, v), (leaf_k, leaf_v) in zip(layers, leaves, strict=True):
                 if leaf_k.grad is not None and leaf_v.grad is not None:
                     outputs.extend([k, v])
@@ -380,10 +376,13 @@ def _path_index(parent_rows: np.ndarray, lengths: np.ndarray, path_lengths: np.n
     return torch.from_numpy(index)
 
 
-def _gather(kv: torch.Tensor, rows: np.ndarray, index: torch.Tensor) -> torch.Tensor:
-    """``kv[rows[c], :, index[c]]`` as ``[children, heads, path, head_dim]``."""
-    picked = kv[torch.from_numpy(rows)[:, None], :, index]  # [children, path, heads, head_dim]
-    return picked.transpose(1, 2).contiguous()
+def _gather(layers: KV, rows: np.ndarray, index: torch.Tensor) -> KV:
+    """Per layer, keys and values ``kv[rows[c], :, index[c]]`` as ``[children, heads, path,
+    head_dim]``: each child row's path, right-padded."""
+    select = torch.from_numpy(rows)[:, None]
+    # advanced indexing puts [children, path] first: [children, path, heads, head_dim]
+    return [(k[select, :, index].transpose(1, 2).contiguous(),
+             v[select, :, index].transpose(1, 2).contiguous()) for k, v in layers]
 
 
 def _forward(model: Any, ids: torch.Tensor, positions: torch.Tensor, past: KV | None,

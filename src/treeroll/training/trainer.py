@@ -395,8 +395,10 @@ def _step_record(step: int, trees: list[RolloutTree], update: dict[str, float],
                  rollout_seconds: float, update_seconds: float, timing: dict[str, float],
                  cumulative: dict[str, int]) -> dict[str, Any]:
     counts = sum((token_counts(t) for t in trees), TokenCounts())
-    group = [leaf for t in trees for leaf in leaves(t)]
-    rewards = [trajectory_reward(leaf) for leaf in group]
+    per_tree = [leaves(t) for t in trees]
+    per_tree_rewards = [[trajectory_reward(leaf) for leaf in group] for group in per_tree]
+    group = [leaf for tree_leaves in per_tree for leaf in tree_leaves]
+    rewards = [r for tree_rewards in per_tree_rewards for r in tree_rewards]
     cumulative["generated"] += counts.generated
     cumulative["computed"] += counts.computed
     cumulative["chain_computed"] += counts.chain_generated + counts.chain_prefill
@@ -408,8 +410,8 @@ def _step_record(step: int, trees: list[RolloutTree], update: dict[str, float],
         "reward_mean": float(np.mean(rewards)) if rewards else 0.0,
         "leaves": len(group),
         # Groups whose leaves' rewards differ: the only ones that give GRPO a gradient.
-        "signal_groups": float(np.mean([len({trajectory_reward(leaf) for leaf in leaves(t)}) > 1
-                                        for t in trees])) if trees else 0.0,
+        "signal_groups": float(np.mean([len(set(r)) > 1 for r in per_tree_rewards]))
+        if trees else 0.0,
         "generated_tokens": counts.generated,
         "cumulative_generated_tokens": cumulative["generated"],
         "tokens": {**counts.as_dict(),
