@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import numpy as np
 import pytest
 
+from treeroll import advantages
 from treeroll.backends.hf import HFBackend
 from treeroll.base import Completion, GenerationRequest, SamplingParams
 from treeroll.envs import make_frozenlake
@@ -21,6 +23,7 @@ from treeroll.tree import (
     load_tree,
     path_to,
     save_tree,
+    subtree_index,
     token_counts,
 )
 
@@ -194,3 +197,100 @@ def test_rollout_is_deterministic_given_seed(tiny_model, word_tokenizer) -> None
                     config=RolloutConfig(max_turn_tokens=4), seed=9).trees[0] for _ in range(2)]
     assert [n.action_ids for n in runs[0].nodes] == [n.action_ids for n in runs[1].nodes]
     assert np.isclose(sum(n.reward for n in runs[0].nodes), sum(n.reward for n in runs[1].nodes))
+
+
+# ------------------------------------------------------------------------------ Tree-GRPO
+
+
+IDLE = ["idle", "wait"]
+"""Replies FrozenLake rejects (no move): a chain never ends before the turn limit."""
+
+
+def _idle_env():  # type: ignore[no-untyped-def]
+    return make_frozenlake("rllm", size_min=3, size_max=3)  # 6 turns, then truncated
+
+
+def _trees_of(tree):  # type: ignore[no-untyped-def]
+    """Group leaves by subtree_index (which of the M trees each belongs to)."""
+    groups: dict[int, list] = {}
+    for leaf in leaves(tree):
+        groups.setdefault(subtree_index(tree, leaf), []).append(leaf)
+    return groups
+
+
+def test_tree_grpo_keeps_k_leaves_when_the_budget_ends_the_rollout(byte_format) -> None:
+    """k applies however the rollout ends: here the token budget stops it mid-expansion."""
+    # Two chains of 6 turns of 5 tokens are 60 tokens; the budget leaves ~20 for 6 expansions.
+    config = RolloutConfig(max_generated_tokens=80)
+    batch = rollout([1, 2], _idle_env, ScriptedBackend(IDLE, choose_by_seed=True), byte_format,
+                    TreeGRPO(m=2, n=3, l=2, k=2), config=config, seed=0)
+    for tree in batch.trees:
+        assert any(leaf.status == NodeStatus.BUDGET for leaf in leaves(tree))
+        stopped = [n for n in tree.nodes if n.is_leaf and n.parent is not None]
+        assert len(stopped) > 2 * 2  # more leaves than k per tree were grown
+        groups = _trees_of(tree)
+        assert sorted(groups) == [0, 1]
+        assert all(len(group) == 2 for group in groups.values()), \
+            {index: len(group) for index, group in groups.items()}
+        assert any(n.status == NodeStatus.DROPPED for n in tree.nodes)
+
+
+class _Turns:
+    """Ends (truncated) after ``max_turns`` turns; reward 1 for a turn whose reply is ``good``."""
+
+    system_prompt = "turns"
+
+    def __init__(self, max_turns: int) -> None:
+        self.max_turns = max_turns
+        self.turn = 0
+
+    def reset(self, seed: int) -> str:
+        self.turn = 0
+        return f"task {seed}"
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        self.turn += 1
+        return (f"turn {self.turn}", float(action.strip() == "good"), False,
+                self.turn >= self.max_turns, {"success": False})
+
+    def fork(self) -> _Turns:
+        return copy.deepcopy(self)
+
+
+def test_tree_grpo_root_picks_join_the_tree_they_were_picked_for(byte_format) -> None:
+    """One-turn chains leave the root as the only node to branch from: every pick is a root
+    pick, and each belongs to the tree it was picked for, in the intra advantage too."""
+    batch = rollout([0, 1, 2], lambda: _Turns(1), ScriptedBackend(["good", "bad"],
+                    choose_by_seed=True), byte_format,
+                    TreeGRPO(m=2, n=2, l=2, include_root=True), seed=0)
+    for tree in batch.trees:
+        # Frontiers in order: the 2 chains, then per round tree 0's 2 picks, tree 1's 2 picks.
+        assert [subtree_index(tree, n) for n in tree.root.children] == [0, 1, 0, 0, 1, 1, 0, 0,
+                                                                       1, 1]
+        group = leaves(tree)
+        assert len(group) == 2 * (2 * 2 + 1)
+        r = np.array([leaf.reward for leaf in group])
+        members = np.array([0, 1, 0, 0, 1, 1, 0, 0, 1, 1])
+        intra = np.zeros_like(r)
+        for index in (0, 1):
+            g = r[members == index]
+            intra[members == index] = (g - g.mean()) / (g.std() + 1e-6)
+        inter = (r - r.mean()) / (r.std() + 1e-6)
+        np.testing.assert_allclose(advantages.tree_advantage(tree), intra + inter)
+    assert any(np.ptp([leaf.reward for leaf in leaves(tree)]) > 0 for tree in batch.trees)
+
+
+def test_tree_grpo_root_picks_are_candidates_of_later_rounds(byte_format) -> None:
+    """A chain started by a root pick in round 1 can be branched from in round 2, as part of
+    the tree it was picked for; every pick adds one leaf to its tree: 1 + L*N leaves each."""
+    batch = rollout([0, 1], lambda: _Turns(2), ScriptedBackend(["good", "bad"],
+                    choose_by_seed=True), byte_format,
+                    TreeGRPO(m=2, n=6, l=2, include_root=True), seed=0)
+    for tree in batch.trees:
+        assert sorted(len(group) for group in _trees_of(tree).values()) == [13, 13]
+        root_picks = tree.root.children[2:]
+        assert root_picks  # the root was picked in some round
+        later = [n for n in root_picks if len(n.children) > 1]
+        assert later and all("round 2" in n.note for n in later)
+        assert all(subtree_index(tree, c) == subtree_index(tree, n)
+                   for n in later for c in n.children)

@@ -5,7 +5,8 @@ small typed records, so the rollout engine and the trainer never branch on a plu
 
 * :class:`Env` -- a text environment that can be forked (``reset`` / ``step`` / ``fork``).
 * :class:`GenerationBackend` -- continues many exact token prefixes at once (token-in/token-out).
-* :class:`Strategy` -- decides where a rollout tree branches, continues and stops.
+* :class:`Strategy` -- decides where a rollout tree branches, continues and stops (and, as a
+  :class:`FinishingStrategy`, may have a last word on each finished tree).
 * :class:`ProcessScorer` -- scores a partial trajectory in ``[0, 1]`` (PATR's process feedback).
 * :data:`AdvantageEstimator` -- turns the leaves of one tree (one task's group) into advantages.
 
@@ -28,6 +29,7 @@ __all__ = [
     "AdvantageEstimator",
     "Completion",
     "Env",
+    "FinishingStrategy",
     "GenerationBackend",
     "GenerationRequest",
     "ProcessScorer",
@@ -223,7 +225,23 @@ class Strategy(Protocol):
         ...
 
     def step(self, tree: RolloutTree, created: list[Node], ctx: StrategyContext) -> list[Node]:
-        """Given the children created by the last turn, return the next frontier."""
+        """Given the children created by the last turn, return the next frontier.
+
+        ``created`` is in the order of the frontier entries that ran; the budget only removes
+        entries, so several entries of one node keep their order (the first ones run)."""
+        ...
+
+
+@runtime_checkable
+class FinishingStrategy(Strategy, Protocol):
+    """A :class:`Strategy` with a last word on each tree: an optional protocol (the engine
+    calls ``finish`` on strategies that implement it). Tree-GRPO keeps its ``k`` random leaves
+    per tree there, so ``k`` holds however the rollout ended (its schedule or the budget)."""
+
+    def finish(self, tree: RolloutTree, ctx: StrategyContext) -> None:
+        """Called once per tree when the rollout has ended: every branch has stopped and its
+        status is final. May drop leaves from the group (``NodeStatus.DROPPED``); must not
+        add nodes."""
         ...
 
 

@@ -13,6 +13,8 @@ turn, frontier entries that would open a leaf beyond ``max_leaves`` are removed 
 first, continuations last), and the tokens left are split evenly over the remaining entries
 as their per-turn cap. When no token is left, every active branch stops with status
 ``budget``: it stays in the group as a truncated trajectory with the reward it earned so far.
+However a tree ended, a strategy that implements :class:`~treeroll.base.FinishingStrategy` then
+has the last word on it (``finish``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 
 from treeroll.base import (
     Env,
+    FinishingStrategy,
     GenerationBackend,
     GenerationRequest,
     ProcessScorer,
@@ -218,12 +221,14 @@ def rollout(
         if on_turn is not None:
             on_turn(turn, sum(len(f) for f in frontiers))
 
-    for tree in trees:
+    for tree, ctx in zip(trees, ctxs, strict=True):
         for node in tree.nodes:
             node.env = None
             if node.status == NodeStatus.ACTIVE:
                 node.status = NodeStatus.BUDGET
                 node.note = node.note or "stopped with the rollout (budget)"
+        if isinstance(strategy, FinishingStrategy):  # e.g. Tree-GRPO keeps k leaves per tree
+            strategy.finish(tree, ctx)
         tree.meta["config"] = {"max_leaves": config.max_leaves,
                                "max_generated_tokens": config.max_generated_tokens,
                                "max_turn_tokens": config.max_turn_tokens,

@@ -7,7 +7,8 @@ in the frontier they return:
 * ``chain`` -- G independent trajectories from the root (the GRPO / RLOO baseline).
 * ``tree_grpo`` -- Tree-GRPO (ALGORITHMS.md section 2): M chains, then L rounds in which N
   non-leaf nodes of each of the M subtrees are picked uniformly (with replacement) and
-  continued to the end; optionally k random leaves kept per subtree.
+  continued to the end; optionally k random leaves kept per subtree (in ``finish``, so the
+  budget ending a rollout early does not skip it).
 * ``patr`` -- PATR (section 3): B0 branches, advance K turns, score, expand the top-k into M
   children each, let the middle survive, prune ``s < median(s) - alpha`` or Theta repeats of one
   action; pruned branches stay in the group as negatives (option).
@@ -24,7 +25,7 @@ from typing import ClassVar
 import numpy as np
 
 from treeroll.base import StrategyContext
-from treeroll.tree import Node, NodeStatus, RolloutTree, path_to
+from treeroll.tree import Node, NodeStatus, RolloutTree, path_to, subtree_index
 
 __all__ = ["PATR", "Chain", "RandomTree", "TreeGRPO"]
 
@@ -58,7 +59,12 @@ class Chain:
 
 @dataclass
 class TreeGRPO:
-    """Tree-GRPO's random branching: group size ``m * (l * n + 1)`` before ``k`` and budget."""
+    """Tree-GRPO's random branching: group size ``m * (l * n + 1)`` before ``k`` and budget.
+
+    Every branch belongs to one of the ``m`` trees: a chain started by a root pick joins the
+    tree it was picked for (``Node.tree_index``), in its intra-tree group and as a node to
+    branch from in later rounds.
+    """
 
     m: int = 2
     """M: independent chains (trees) per task."""
@@ -67,7 +73,7 @@ class TreeGRPO:
     l: int = 1  # noqa: E741 -- the paper's name
     """L: expansion rounds."""
     k: int | None = None
-    """Keep only k random leaves per tree (None keeps all)."""
+    """Keep only k random leaves per tree (None keeps all), however the rollout ended."""
     include_root: bool = False
     """Let the root be picked too (the released code does; it amounts to a fresh chain)."""
 
@@ -81,45 +87,67 @@ class TreeGRPO:
             raise ValueError("tree_grpo.k must be >= 1 or null")
 
     def start(self, tree: RolloutTree, ctx: StrategyContext) -> list[Node]:
-        """M chains from the root."""
+        """M chains from the root (the i-th is tree i)."""
         ctx.state["round"] = 0
+        ctx.state["root_picks"] = list(range(self.m))  # tree of each root entry, in order
         return [tree.root] * self.m
 
     def step(self, tree: RolloutTree, created: list[Node], ctx: StrategyContext) -> list[Node]:
         """Continue active branches; when all have ended, run the next expansion round."""
+        # New children of the root come from the root entries of the last frontier, in order;
+        # the budget may have cut the last of them.
+        fresh = [node for node in created if node.parent is tree.root]
+        for node, index in zip(fresh, ctx.state["root_picks"], strict=False):
+            node.tree_index = index
+        ctx.state["root_picks"] = []
         active = _active(created)
         if active:
             return active
         while ctx.state["round"] < self.l:
             ctx.state["round"] += 1
-            picks = self._pick(tree, ctx.rng)
+            picks = self._pick(tree, ctx)
             if picks:
                 return picks
-        if self.k is not None:
-            self._keep_k(tree, ctx.rng)
         return []
 
-    def _pick(self, tree: RolloutTree, rng: np.random.Generator) -> list[Node]:
-        picks: list[Node] = []
-        for subtree_root in tree.root.children[: self.m]:
-            candidates = [n for n in _subtree(subtree_root) if n.children and not n.ended]
-            if self.include_root:
-                candidates.append(tree.root)
-            for index in rng.integers(len(candidates), size=self.n) if candidates else []:
-                node = candidates[int(index)]
-                node.note = f"picked for expansion in round {len(picks) // max(self.n, 1) + 1}"
-                picks.append(node)
-        return picks
-
-    def _keep_k(self, tree: RolloutTree, rng: np.random.Generator) -> None:
-        for subtree_root in tree.root.children[: self.m]:
-            group = [n for n in _subtree(subtree_root) if n.is_leaf]
-            if len(group) <= (self.k or 0):
+    def finish(self, tree: RolloutTree, ctx: StrategyContext) -> None:
+        """Keep ``k`` random leaves per tree (when set), whether the schedule or the budget
+        ended the rollout."""
+        if self.k is None:
+            return
+        for members in _by_tree(tree).values():
+            group = [n for n in members if n.is_leaf]
+            if len(group) <= self.k:
                 continue
-            keep = set(rng.choice(len(group), size=self.k, replace=False).tolist())
+            keep = set(ctx.rng.choice(len(group), size=self.k, replace=False).tolist())
             for i, leaf in enumerate(group):
                 if i not in keep:
                     leaf.status, leaf.note = NodeStatus.DROPPED, f"not among the k={self.k} kept"
+
+    def _pick(self, tree: RolloutTree, ctx: StrategyContext) -> list[Node]:
+        picks: list[Node] = []
+        root_picks: list[int] = []
+        for index, members in _by_tree(tree).items():
+            candidates = [n for n in members if n.children and not n.ended]
+            if self.include_root:
+                candidates.append(tree.root)
+            for choice in ctx.rng.integers(len(candidates), size=self.n) if candidates else []:
+                node = candidates[int(choice)]
+                node.note = f"picked for expansion in round {ctx.state['round']}"
+                picks.append(node)
+                if node is tree.root:
+                    root_picks.append(index)
+        ctx.state["root_picks"] = root_picks
+        return picks
+
+
+def _by_tree(tree: RolloutTree) -> dict[int, list[Node]]:
+    """Every node but the root, grouped by the tree it belongs to (:func:`subtree_index`),
+    trees in the order of their first chain."""
+    groups: dict[int, list[Node]] = {}
+    for first in tree.root.children:
+        groups.setdefault(subtree_index(tree, first), []).extend(_subtree(first))
+    return groups
 
 
 def _subtree(node: Node) -> list[Node]:

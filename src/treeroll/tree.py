@@ -87,6 +87,10 @@ class Node:
     finish_reason: str = ""
     """The backend's finish reason for this node's action (``stop`` / ``length``)."""
     entropy: float | None = None
+    tree_index: int | None = None
+    """First-level nodes only: which of the task's trees (Tree-GRPO's M) this branch belongs
+    to, when a strategy says so (a root pick joins the tree it was picked for); ``None``: the
+    node's own position among the root's children (see :func:`subtree_index`)."""
     env: Env | None = field(default=None, repr=False)
     """The environment as it stands after this node's observation (to branch from); dropped
     once no strategy can branch here any more. Never serialised."""
@@ -328,7 +332,7 @@ def token_counts(tree: RolloutTree) -> TokenCounts:
 
 _NODE_FIELDS = ("id", "depth", "action_ids", "action_logprobs", "action_text", "observation_ids",
                 "observation_text", "reward", "terminated", "truncated", "status", "note",
-                "score", "score_reason", "finish_reason", "entropy")
+                "score", "score_reason", "finish_reason", "entropy", "tree_index")
 
 
 def _jsonable(value: Any) -> Any:
@@ -401,11 +405,14 @@ def load_tree(path: str | Path) -> RolloutTree:
 
 
 def subtree_index(tree: RolloutTree, node: Node) -> int:
-    """Which first-level branch (Tree-GRPO's "tree" among the M per task) ``node`` lies in."""
+    """Which of the task's trees (Tree-GRPO's M per task) ``node`` lies in: the
+    ``tree_index`` of its first-level ancestor when a strategy set one, else that ancestor's
+    position among the root's children; -1 for the root."""
     path = path_to(node)
     if len(path) < 2:
         return -1
-    return tree.root.children.index(path[1])
+    first = path[1]
+    return first.tree_index if first.tree_index is not None else tree.root.children.index(first)
 
 
 def leaf_rewards(tree: RolloutTree, group: Sequence[Node] | None = None) -> list[float]:
