@@ -32,16 +32,39 @@ def test_grpo_matches_formula() -> None:
 
 
 def test_tree_is_intra_plus_inter() -> None:
-    tree = _tree([[1.0, 0.0], [0.0], [1.0, 1.0, 0.0]])
-    r = np.array([1.0, 0.0, 0.0, 1.0, 1.0, 0.0])
+    tree = _tree([[1.0, 0.0], [1.0], [1.0, 1.0, 0.0]])
+    r = np.array([1.0, 0.0, 1.0, 1.0, 1.0, 0.0])
     inter = (r - r.mean()) / (r.std() + 1e-6)
     intra = np.zeros(6)
     for members in ([0, 1], [3, 4, 5]):
         g = r[members]
         intra[members] = (g - g.mean()) / (g.std() + 1e-6)
     np.testing.assert_allclose(advantages.tree_advantage(tree), intra + inter)
+    # The singleton subtree (reward 1): intra 0 by default, its raw reward 1 under verl's
+    # mean 0 / std 1; every other leaf is unchanged.
     verl = advantages.tree_advantage(tree, singleton="verl")
-    assert verl[2] == pytest.approx(inter[2] + 0.0)  # reward 0 alone: R = 0 either way
+    assert advantages.tree_advantage(tree)[2] == pytest.approx(inter[2])
+    assert verl[2] == pytest.approx(inter[2] + 1.0)
+    np.testing.assert_allclose(np.delete(verl, 2), np.delete(intra + inter, 2))
+
+
+def test_sample_std_option() -> None:
+    """``std="sample"`` divides by the unbiased std (ddof=1, as verl's torch.std), in GRPO and
+    in both parts of the tree advantage; the default stays the population std."""
+    tree = _tree([[1.0, 0.0], [1.0], [1.0, 1.0, 0.0]])
+    r = np.array([1.0, 0.0, 1.0, 1.0, 1.0, 0.0])
+
+    def sample(g: np.ndarray) -> np.ndarray:
+        return (g - g.mean()) / (g.std(ddof=1) + 1e-6)
+
+    np.testing.assert_allclose(advantages.grpo(tree, std="sample"), sample(r))
+    np.testing.assert_allclose(advantages.grpo(tree), (r - r.mean()) / (r.std() + 1e-6))
+    intra = np.zeros(6)
+    for members in ([0, 1], [3, 4, 5]):
+        intra[members] = sample(r[members])
+    np.testing.assert_allclose(advantages.tree_advantage(tree, std="sample"), intra + sample(r))
+    with pytest.raises(ValueError, match="'population' or 'sample'"):
+        advantages.grpo(tree, std="biased")
 
 
 def test_branching_factor_one_gives_chain_grpo() -> None:
@@ -62,3 +85,32 @@ def test_constant_group_has_zero_advantage_and_registry() -> None:
         np.testing.assert_allclose(ADVANTAGES.get(name)(tree), 0.0, atol=1e-9)
     with pytest.raises(ValueError, match="valid: dr_grpo, grpo, rloo, tree"):
         ADVANTAGES.get("nope")
+
+
+def test_configured_estimator_gets_its_hyper_parameters(tmp_path) -> None:
+    """make_estimator binds advantage.std/singleton/eps; an option the estimator does not
+    take is an error naming it, not silently ignored; YAML reaches the same fields."""
+    from treeroll.config import AdvantageConfig, load_config
+    from treeroll.plugins import make_estimator
+
+    tree = _tree([[1.0, 0.0], [1.0], [1.0, 1.0, 0.0]])
+    bound = make_estimator(AdvantageConfig(name="tree", std="sample", singleton="verl", eps=0.1))
+    np.testing.assert_allclose(bound(tree), advantages.tree_advantage(
+        tree, std="sample", singleton="verl", eps=0.1))
+    np.testing.assert_allclose(make_estimator(AdvantageConfig(name="grpo", eps=0.5))(tree),
+                               advantages.grpo(tree, eps=0.5))
+    np.testing.assert_allclose(make_estimator(AdvantageConfig(name="rloo"))(tree),
+                               advantages.rloo(tree))
+    with pytest.raises(ValueError, match=r"advantage\.std.*'rloo'"):
+        make_estimator(AdvantageConfig(name="rloo", std="sample"))
+    with pytest.raises(ValueError, match=r"advantage\.eps.*'dr_grpo'"):
+        make_estimator(AdvantageConfig(name="dr_grpo", eps=0.1))
+    with pytest.raises(ValueError, match=r"advantage\.std"):
+        AdvantageConfig(std="unbiased")
+    with pytest.raises(ValueError, match=r"advantage\.singleton"):
+        AdvantageConfig(singleton="one")
+    path = tmp_path / "advantage.yaml"
+    path.write_text("advantage: {name: tree, std: sample, singleton: verl, eps: 0.01}\n")
+    config = load_config(path).advantage
+    assert (config.name, config.std, config.singleton, config.eps) == ("tree", "sample", "verl",
+                                                                       0.01)

@@ -114,10 +114,30 @@ class ScorerConfig:
 
 @dataclass
 class AdvantageConfig:
-    """Credit assignment over each task's group of leaves."""
+    """Credit assignment over each task's group of leaves. ``treeroll.plugins.make_estimator``
+    passes each option below to the estimator if it takes it; an option the estimator does not
+    take must keep its default (else an error names it)."""
 
     name: str = "grpo"
     """``grpo``, ``dr_grpo``, ``rloo``, ``tree`` or ``package.module:function``."""
+    std: str = "population"
+    """``grpo``, ``tree``: divide by the ``population`` std (ddof=0, the default) or the
+    ``sample`` std (ddof=1, unbiased: verl's and TRL's, hence Tree-GRPO's code's)."""
+    singleton: str = "zero"
+    """``grpo``, ``dr_grpo``, ``tree``: a group of one gets advantage ``zero`` (default: a
+    tree that never branches is exactly chain GRPO) or, ``verl``, its raw reward (verl's
+    mean 0 / std 1)."""
+    eps: float = 1e-6
+    """``grpo``, ``tree``: added to the std before dividing."""
+
+    def __post_init__(self) -> None:
+        if self.std not in ("population", "sample"):
+            raise ValueError(f"advantage.std must be 'population' or 'sample', got {self.std!r}")
+        if self.singleton not in ("zero", "verl"):
+            raise ValueError(f"advantage.singleton must be 'zero' or 'verl', got "
+                             f"{self.singleton!r}")
+        if self.eps < 0:
+            raise ValueError(f"advantage.eps must be >= 0, got {self.eps}")
 
 
 @dataclass

@@ -6,6 +6,9 @@ trainer and the CLI; ``package.module:object`` names a user's own plug-in instea
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -13,13 +16,46 @@ from treeroll import advantages
 from treeroll.base import AdvantageEstimator, Env, ProcessScorer, Strategy
 from treeroll.registry import Registry, load_object
 
-__all__ = ["ADVANTAGES", "ENVS", "SCORERS", "STRATEGIES", "make_env_factory", "make_strategy"]
+__all__ = ["ADVANTAGES", "ENVS", "SCORERS", "STRATEGIES", "make_env_factory", "make_estimator",
+           "make_strategy"]
 
 ADVANTAGES: Registry[AdvantageEstimator] = Registry("advantage estimator")
 ADVANTAGES.register("grpo", advantages.grpo)
 ADVANTAGES.register("dr_grpo", advantages.dr_grpo)
 ADVANTAGES.register("rloo", advantages.rloo)
 ADVANTAGES.register("tree", advantages.tree_advantage)
+
+
+def make_estimator(advantage_config: Any) -> AdvantageEstimator:
+    """The estimator named by ``advantage_config.name`` with its hyper-parameters bound.
+
+    Every field of the config but ``name`` (``std``, ``singleton``, ``eps``) is passed as a
+    keyword to an estimator that takes it (``functools.partial``). An estimator that does not
+    take an option never receives it, and a non-default value for it is an error naming the
+    option and the estimator, rather than a setting silently ignored (``rloo`` takes none).
+    """
+    name = advantage_config.name
+    estimator = ADVANTAGES.get(name)
+    try:
+        parameters = list(inspect.signature(estimator).parameters.values())[1:]  # after tree
+    except (TypeError, ValueError):  # a callable whose signature cannot be read
+        parameters = []
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+    accepted = [p.name for p in parameters if p.kind in (inspect.Parameter.KEYWORD_ONLY,
+                                                         inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    options: dict[str, Any] = {}
+    for option in dataclasses.fields(advantage_config):
+        if option.name == "name":
+            continue
+        value = getattr(advantage_config, option.name)
+        if takes_any or option.name in accepted:
+            options[option.name] = value
+        elif value != option.default:
+            takes = ", ".join(accepted) or "no options"
+            raise ValueError(f"advantage.{option.name}={value!r} does not apply to the "
+                             f"{name!r} estimator (it takes: {takes}); leave it at its "
+                             f"default {option.default!r} or choose an estimator that takes it")
+    return functools.partial(estimator, **options)
 
 STRATEGIES: Registry[str] = Registry("strategy")
 """Strategy name -> the field of ``StrategyConfig`` that holds its (configured) instance."""

@@ -29,7 +29,7 @@ from treeroll.backends.local import build_model, build_word_tokenizer, load_poli
 from treeroll.base import Env
 from treeroll.config import EvalConfig, PolicyConfig, TrainConfig, config_to_dict
 from treeroll.formatting import TurnFormat
-from treeroll.plugins import ADVANTAGES, make_env_factory, make_strategy
+from treeroll.plugins import make_env_factory, make_estimator, make_strategy
 from treeroll.rollout import RolloutConfig, count_status, rollout
 from treeroll.strategies import Chain
 from treeroll.training.loss import TrainItem, expanded_backward
@@ -246,7 +246,7 @@ def train(config: TrainConfig, reporter: Reporter | None = None) -> dict[str, An
 
     make_env = make_env_factory(config.env)
     strategy = make_strategy(config.strategy)
-    estimator = ADVANTAGES.get(config.advantage.name)
+    estimator = make_estimator(config.advantage)
     scorer = None
     if config.scorer.name:
         from treeroll.scorers import make_scorer
