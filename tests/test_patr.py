@@ -290,3 +290,56 @@ def test_patr_with_scores_differs_from_random_tree() -> None:
     random = _frozen(RandomTree(**settings))  # type: ignore[arg-type]
     assert [_shape(t) for t in scored] != [_shape(t) for t in random]
     assert any(n.score_reason.startswith("distance") for t in scored for n in t.nodes)
+
+
+# ------------------------------------------------------------------------------ default scorer
+
+
+def test_patr_without_a_scorer_uses_the_environments_own() -> None:
+    """PATR steers by scores: with no scorer named it takes the environment's own (and says
+    so), or refuses where the environment has none; unscored strategies get none."""
+    import warnings
+
+    from treeroll.plugins import scorer_name_for
+    from treeroll.strategies import Chain
+
+    for env, expected in (("frozenlake_rllm", "frozenlake_progress"),
+                          ("frozenlake_ragen", "frozenlake_progress"), ("swe", "swe")):
+        with pytest.warns(UserWarning, match=f"scorer {expected!r}"):
+            assert scorer_name_for(None, PATR(), env) == expected
+    with pytest.raises(ValueError, match=r"--scorer\.name .*valid: .*frozenlake_progress"):
+        scorer_name_for(None, PATR(), "gym:CliffWalking-v1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert scorer_name_for("degeneracy", PATR(), "gym:CliffWalking-v1") == "degeneracy"
+        for unscored in (RandomTree(), PATR(use_scores=False), Chain()):
+            assert scorer_name_for(None, unscored, "gym:CliffWalking-v1") is None
+
+
+def test_train_with_patr_and_no_scorer_scores_with_the_env_scorer(tmp_path) -> None:
+    """Through the config: `treeroll train --strategy.name patr` alone scores with
+    frozenlake_progress on FrozenLake (it used to fall back to random scores)."""
+    import json
+    import warnings
+    from dataclasses import replace
+
+    from treeroll.config import load_config
+    from treeroll.training.trainer import train
+
+    base = load_config("configs/tiny.yaml")
+    config = replace(base, runs_dir=str(tmp_path),
+                     strategy=replace(base.strategy, name="patr",
+                                      patr=replace(base.strategy.patr, k_turns=1)),
+                     optim=replace(base.optim, steps=1),
+                     eval=replace(base.eval, tasks=2, tasks_during=2))
+    assert config.scorer.name is None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train(config)
+    tree = json.loads((tmp_path / base.name / "trees" / "step_00001.json").read_text())
+    reasons = [n["score_reason"] for n in tree["nodes"] if n["score"] is not None]
+    assert reasons and not any(reason.startswith("random") for reason in reasons), reasons
+    assert any("frozenlake_progress" in str(w.message) for w in caught)
+    gym = replace(config, name="gym", env=replace(config.env, name="gym:CliffWalking-v1"))
+    with pytest.raises(ValueError, match=r"--scorer\.name"):
+        train(gym)

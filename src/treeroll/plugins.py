@@ -9,15 +9,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 from treeroll import advantages
 from treeroll.base import AdvantageEstimator, Env, ProcessScorer, Strategy
 from treeroll.registry import Registry, load_object
+from treeroll.strategies import PATR
 
-__all__ = ["ADVANTAGES", "ENVS", "SCORERS", "STRATEGIES", "make_env_factory", "make_estimator",
-           "make_strategy"]
+__all__ = ["ADVANTAGES", "ENVS", "ENV_SCORERS", "SCORERS", "STRATEGIES", "make_env_factory",
+           "make_estimator", "make_strategy", "scorer_name_for"]
 
 ADVANTAGES: Registry[AdvantageEstimator] = Registry("advantage estimator")
 ADVANTAGES.register("grpo", advantages.grpo)
@@ -145,3 +147,28 @@ def _swe_scorer(config: Any, **context: Any) -> ProcessScorer:
 
 
 SCORERS.register("swe", _swe_scorer)
+
+ENV_SCORERS: dict[str, str] = {"frozenlake_rllm": "frozenlake_progress",
+                               "frozenlake_ragen": "frozenlake_progress", "swe": "swe"}
+"""Environment name -> its own process scorer, used when a scoring strategy names none."""
+
+
+def scorer_name_for(scorer_name: str | None, strategy: Strategy, env_name: str) -> str | None:
+    """The process scorer a run builds: ``scorer_name`` when set; else, for a strategy that
+    steers by scores (PATR with ``use_scores``), the environment's own from
+    :data:`ENV_SCORERS`, with a warning saying so; else ``None``.
+
+    A scoring strategy on an environment without a scorer of its own is an error naming
+    ``--scorer.name`` (PATR would otherwise silently become the random tree)."""
+    if scorer_name or not (isinstance(strategy, PATR) and strategy.use_scores):
+        return scorer_name or None
+    default = ENV_SCORERS.get(env_name)
+    if default is None:
+        raise ValueError(f"strategy {strategy.name!r} steers by process scores, but no scorer "
+                         f"is set and environment {env_name!r} has none of its own; pass "
+                         f"--scorer.name (valid: {', '.join(SCORERS.names())}, or "
+                         "package.module:object), or --strategy.name random_tree to branch "
+                         "without scores")
+    warnings.warn(f"strategy {strategy.name!r} has no --scorer.name: using the {env_name} "
+                  f"environment's scorer {default!r}", stacklevel=2)
+    return default

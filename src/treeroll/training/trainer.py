@@ -29,7 +29,7 @@ from treeroll.backends.local import build_model, build_word_tokenizer, load_poli
 from treeroll.base import Env
 from treeroll.config import EvalConfig, PolicyConfig, TrainConfig, config_to_dict
 from treeroll.formatting import TurnFormat
-from treeroll.plugins import make_env_factory, make_estimator, make_strategy
+from treeroll.plugins import make_env_factory, make_estimator, make_strategy, scorer_name_for
 from treeroll.rollout import RolloutConfig, count_status, rollout
 from treeroll.strategies import Chain
 from treeroll.training.loss import TrainItem, expanded_backward
@@ -248,10 +248,11 @@ def train(config: TrainConfig, reporter: Reporter | None = None) -> dict[str, An
     strategy = make_strategy(config.strategy)
     estimator = make_estimator(config.advantage)
     scorer = None
-    if config.scorer.name:
+    scorer_name = scorer_name_for(config.scorer.name, strategy, config.env.name)
+    if scorer_name:
         from treeroll.scorers import make_scorer
 
-        scorer = make_scorer(config.scorer)
+        scorer = make_scorer(replace(config.scorer, name=scorer_name))
     train_seeds, held_out = task_pools(config)
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
