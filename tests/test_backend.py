@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
 import torch
 
 from treeroll.backends.hf import HFBackend, KVTrie
@@ -119,3 +122,56 @@ def test_trie_stores_shared_prefix_once_and_splits() -> None:
     small.insert((1, 2, 3), kv(3, 0.0))
     small.insert((4, 5, 6), kv(3, 0.0))
     assert small.num_tokens <= 4
+
+
+def _nucleus(logits: torch.Tensor, temperature: float, top_p: float) -> dict[int, float]:
+    """Log-probabilities of the distribution top-p sampling draws from, from its definition:
+    the most probable tokens of softmax(logits / T), taken in order until their mass reaches
+    top_p, renormalised over that nucleus."""
+    probs = torch.softmax(logits.double() / temperature, dim=-1).tolist()
+    nucleus: list[int] = []
+    mass = 0.0
+    for token in sorted(range(len(probs)), key=lambda t: -probs[t]):
+        nucleus.append(token)
+        mass += probs[token]
+        if mass >= top_p:
+            break
+    return {token: math.log(probs[token] / mass) for token in nucleus}
+
+
+def test_top_p_logprobs_are_those_of_the_nucleus_sampled_from(tiny_model, word_tokenizer
+                                                               ) -> None:
+    """With top_p < 1 a sampled id's recorded logprob is its log-probability under the
+    renormalised nucleus of softmax(logits / T), the distribution it was drawn from, not the
+    full softmax: at the first position over many seeds (every nucleus token is drawn and
+    their probabilities sum to 1), and at every position of longer continuations."""
+    temperature, top_p = 0.12, 0.5
+    prompt = _random_prompts(len(word_tokenizer), [12], seed=1)[0]
+    with torch.no_grad():
+        logits = tiny_model(input_ids=torch.tensor([prompt])).logits[0, -1].float()
+    nucleus = _nucleus(logits, temperature, top_p)
+    assert 3 <= len(nucleus) <= 12  # several tokens, far fewer than the vocabulary
+    backend = HFBackend(tiny_model)
+    params = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=1)
+    recorded: dict[int, float] = {}
+    for completion in backend.generate([GenerationRequest(prompt, seed=s) for s in range(400)],
+                                       params):
+        token, logprob = completion.token_ids[0], completion.logprobs[0]
+        assert token in nucleus
+        assert logprob == pytest.approx(nucleus[token], abs=1e-4), (token, nucleus)
+        recorded[token] = logprob
+    assert set(recorded) == set(nucleus)  # every nucleus token was drawn at least once
+    assert sum(math.exp(logprob) for logprob in recorded.values()) == pytest.approx(1.0,
+                                                                                   abs=1e-4)
+    # Deeper positions, through the KV cache, against a plain forward of the whole sequence.
+    params = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=6,
+                            stop_token_ids=())
+    for completion in backend.generate([GenerationRequest(prompt, seed=s) for s in range(4)],
+                                       params):
+        with torch.no_grad():
+            every = tiny_model(input_ids=torch.tensor(
+                [list(prompt) + completion.token_ids[:-1]])).logits[0].float()
+        for i, (token, logprob) in enumerate(zip(completion.token_ids, completion.logprobs,
+                                                 strict=True)):
+            expected = _nucleus(every[len(prompt) - 1 + i], temperature, top_p)
+            assert logprob == pytest.approx(expected[token], abs=1e-4)

@@ -53,7 +53,9 @@ class RolloutConfig:
     temperature: float = 1.0
     """Sampling temperature (the logprobs recorded are those of this distribution)."""
     top_p: float = 1.0
-    """Nucleus sampling threshold."""
+    """Nucleus sampling threshold. With top_p < 1 the logprobs recorded are those of the
+    renormalised nucleus, while the update recomputes the full softmax: its ratios then start
+    below 1 (by the nucleus's mass), so train with 1.0."""
     max_leaves: int | None = None
     """Budget: most leaves (trajectories) one task's tree may end with; None = no limit."""
     max_generated_tokens: int | None = None

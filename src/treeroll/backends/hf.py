@@ -319,19 +319,24 @@ class HFBackend:
 
     def _sample(self, logits: torch.Tensor, rows: list[_Row],
                 params: SamplingParams) -> torch.Tensor:
-        logp = torch.log_softmax(logits / max(params.temperature, 1e-6), dim=-1)
+        """Sample one token per row; record its log-probability under the distribution it was
+        drawn from: softmax(logits / T), restricted to the nucleus and renormalised when
+        ``top_p < 1``."""
+        logp = torch.log_softmax(logits / max(params.temperature, 1e-6), dim=-1)  # [rows, vocab]
         tokens = torch.empty(len(rows), dtype=torch.long)
         for b, row in enumerate(rows):
+            logprob = logp[b]
             if params.temperature == 0:
                 token = int(torch.argmax(logp[b]))
             else:
                 probs = logp[b].exp()
                 if params.top_p < 1.0:
                     probs = _top_p(probs, params.top_p)
+                    logprob = logp[b] - torch.logsumexp(logp[b][probs > 0], dim=0)  # nucleus
                 token = int(torch.multinomial(probs, 1, generator=row.generator))
             tokens[b] = token
             row.tokens.append(token)
-            row.logprobs.append(float(logp[b, token]))
+            row.logprobs.append(float(logprob[token]))
             if params.entropy_window and len(row.entropies) < params.entropy_window:
                 p = logp[b].exp()
                 entropy = float(-(p * logp[b]).sum()) / max(float(torch.log(
@@ -349,6 +354,8 @@ class HFBackend:
 
 
 def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """``probs`` [vocab] restricted to the nucleus (the most probable tokens, in order, until
+    their mass reaches ``top_p``) and renormalised; zero outside it."""
     sorted_probs, order = torch.sort(probs, descending=True)
     cumulative = torch.cumsum(sorted_probs, dim=-1)
     cut = cumulative - sorted_probs > top_p
