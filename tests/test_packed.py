@@ -365,3 +365,46 @@ def test_a_model_that_bypasses_the_attention_interface_is_refused_then_trained_e
             None, np.random.default_rng(0))
     for a, b in zip(model.parameters(), expected.parameters(), strict=True):
         torch.testing.assert_close(a, b)
+
+
+def test_update_minibatches_hold_whole_groups_and_metrics_average_them(monkeypatch) -> None:
+    """Minibatches split by whole task groups (a tree's leaves stay together, so packing keeps
+    their shared prefixes), and the update reports the token-weighted mean of every
+    minibatch's metrics and its number of optimiser steps, not the last minibatch's."""
+    from collections import Counter
+
+    from treeroll.training import trainer
+
+    rng = random.Random(3)
+    items = items_of([random_tree(rng, group, depth=3, width=2) for group in range(6)])
+    calls: list[list[TrainItem]] = []
+
+    def backward(model: Any, batch: Any, config: Any, ref_model: Any = None
+                 ) -> dict[str, float]:
+        calls.append(list(batch))
+        k = float(len(calls))
+        (model.weight.sum() * k).backward()  # grad norm k * sqrt(2)
+        return {"loss": k, "clip_fraction": 0.1 * k, "entropy": 2.0 * k, "kl": 0.0}
+
+    monkeypatch.setattr(trainer, "expanded_backward", backward)
+    config = TrainConfig()
+    config.optim.packed = False
+    config.optim.minibatches = 3
+    config.optim.ppo_epochs = 2
+    model = torch.nn.Linear(2, 1)
+    metrics = trainer._update(model, torch.optim.SGD(model.parameters(), lr=0.1), items, config,
+                              None, np.random.default_rng(0))
+    size = Counter(item.trajectory.group_id for item in items)
+    for batch in calls:
+        groups = Counter(item.trajectory.group_id for item in batch)
+        assert groups == {group: size[group] for group in groups}, "a group was split"
+    assert len(calls) == 6
+    for epoch in (calls[:3], calls[3:]):
+        assert sorted(id(item) for batch in epoch for item in batch) == sorted(map(id, items))
+    tokens = [sum(sum(item.trajectory.response_mask) for item in batch) for batch in calls]
+    k = np.arange(1.0, 7.0)
+    expected = {"loss": k, "clip_fraction": 0.1 * k, "entropy": 2.0 * k, "kl": 0.0 * k,
+                "grad_norm": k * np.sqrt(2.0)}
+    for key, per_call in expected.items():
+        assert metrics[key] == pytest.approx(np.average(per_call, weights=tokens)), key
+    assert metrics["optimizer_steps"] == 6

@@ -358,7 +358,10 @@ def _train_items(trees: list[RolloutTree], estimator: Any, drop_zero_variance: b
 
 def _update(model: Any, optimizer: Any, items: list[TrainItem], config: TrainConfig,
             ref_model: Any, rng: np.random.Generator) -> dict[str, float]:
-    metrics: dict[str, float] = {}
+    """PPO epochs over ``items`` in minibatches of whole task groups (a tree's leaves stay
+    together: packing forwards their shared prefixes once); as many minibatches per epoch as
+    ``optim.minibatches`` asks, at most one per group. Returns every metric averaged over the
+    minibatches, each weighted by its model tokens, and ``optimizer_steps``."""
     if not items:
         return {"skipped": 1.0}
     # Ratios compare like with like: the update uses the temperature the rollout sampled at.
@@ -372,24 +375,37 @@ def _update(model: Any, optimizer: Any, items: list[TrainItem], config: TrainCon
         else:
             warnings.warn(f"optim.packed: {reason}; training on expanded leaves instead",
                           stacklevel=2)
+    groups: dict[int, list[TrainItem]] = {}
+    for item in items:
+        groups.setdefault(item.trajectory.group_id, []).append(item)
+    members = list(groups.values())
+    totals: dict[str, float] = {}
+    weight, steps = 0.0, 0
     model.train()
     for _ in range(config.optim.ppo_epochs):
-        order = rng.permutation(len(items))
-        for chunk in np.array_split(order, config.optim.minibatches):
+        order = rng.permutation(len(members))
+        for chunk in np.array_split(order, min(config.optim.minibatches, len(members))):
+            batch = [item for g in chunk for item in members[g]]
             optimizer.zero_grad()
             try:
-                metrics = backward(model, [items[i] for i in chunk], loss_config, ref_model)
+                metrics = backward(model, batch, loss_config, ref_model)
             except PackingUnsupported as err:
                 warnings.warn(f"optim.packed: {err}; training on expanded leaves instead",
                               stacklevel=2)
                 backward = expanded_backward
                 optimizer.zero_grad()
-                metrics = backward(model, [items[i] for i in chunk], loss_config, ref_model)
+                metrics = backward(model, batch, loss_config, ref_model)
             metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(
                 model.parameters(), config.optim.max_grad_norm))
             optimizer.step()
+            tokens = float(sum(sum(item.trajectory.response_mask) for item in batch))
+            for key, value in metrics.items():
+                totals[key] = totals.get(key, 0.0) + tokens * value
+            weight, steps = weight + tokens, steps + 1
     model.eval()
-    return metrics
+    averaged = {key: total / max(weight, 1.0) for key, total in totals.items()}
+    averaged["optimizer_steps"] = float(steps)
+    return averaged
 
 
 def _step_record(step: int, trees: list[RolloutTree], update: dict[str, float],
