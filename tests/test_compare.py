@@ -1,12 +1,75 @@
-"""`treeroll compare` end to end on a tiny budget: report table, plot, example trees."""
+"""`treeroll compare`: the t-intervals over seeds, the report built from the runs, and the
+command end to end on a tiny budget (report table, plot, example trees)."""
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
-from treeroll.compare import CompareConfig, run_compare
+import numpy as np
+import pytest
+
+from treeroll.compare import CompareConfig, _t_interval, _t_quantile, _write_report, run_compare
 from treeroll.config import load_config
+
+T_TABLE = {1: 12.706, 2: 4.303, 3: 3.182, 6: 2.447, 8: 2.306, 10: 2.228, 30: 2.042, 120: 1.980}
+"""Two-sided 95% Student-t quantiles by degrees of freedom (any statistics table)."""
+
+
+def _clipped_t_interval(values: list[float]) -> tuple[float, float, float]:
+    """Mean and 95% t-interval from the table above, clipped to [0, 1], written out."""
+    n = len(values)
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = T_TABLE[n - 1] * sd / math.sqrt(n)
+    return mean, max(mean - half, 0.0), min(mean + half, 1.0)
+
+
+@pytest.mark.parametrize("df", sorted(T_TABLE))
+def test_t_quantile_matches_the_table(df: int) -> None:
+    assert _t_quantile(df) == pytest.approx(T_TABLE[df], abs=1e-3)
+
+
+@pytest.mark.parametrize("values", [[0.1, 0.15, 0.3, 0.2, 0.25, 0.05, 0.12],
+                                    [0.4, 0.42, 0.5, 0.38, 0.45, 0.41, 0.47, 0.39, 0.44]])
+def test_t_interval_for_seven_and_nine_seeds(values: list[float]) -> None:
+    """n = 7 and 9 seeds use t(6) = 2.447 and t(8) = 2.306, not the normal 1.96."""
+    mean, low, high = _t_interval(values)
+    half = T_TABLE[len(values) - 1] * float(np.std(values, ddof=1)) / math.sqrt(len(values))
+    assert mean == pytest.approx(float(np.mean(values)))
+    assert (low, high) == pytest.approx((mean - half, mean + half), abs=1e-4)
+
+
+def _run(final: float, start: float = 0.05, tokens: float = 1000.0) -> dict[str, Any]:
+    return {"final_success": final, "start_success": start, "generated_tokens": tokens,
+            "leaves": 40, "leaves_per_1k_tokens": 40.0, "signal_groups": 0.5,
+            "scorer_seconds": 0.0, "rollout_seconds": 1.0, "wall_seconds": 2.0,
+            "curve": [(0.0, start), (tokens, final)]}
+
+
+def test_report_interval_is_the_clipped_t_interval(tmp_path) -> None:
+    """The report's interval is the t-interval over the seeds' finals, clipped to [0, 1]:
+    two far-apart seeds clip on both sides; nine close ones are not clipped."""
+    wide = [0.9, 0.1]
+    close = [0.4, 0.42, 0.5, 0.38, 0.45, 0.41, 0.47, 0.39, 0.44]
+    config = CompareConfig(report_dir=str(tmp_path), strategies=("chain", "patr"),
+                           seeds=tuple(range(9)))
+    _write_report(config, {"chain": [_run(v) for v in wide],
+                           "patr": [_run(v, tokens=500.0 + 10 * i) for i, v in enumerate(close)]})
+    results = json.loads((tmp_path / "results.json").read_text())
+    text = (tmp_path / "report.md").read_text()
+    for strategy, finals in (("chain", wide), ("patr", close)):
+        mean, low, high = _clipped_t_interval(finals)
+        row = results[strategy]
+        assert row["final_success"] == pytest.approx(mean)
+        assert row["ci95"] == pytest.approx([low, high], abs=1e-3)
+        assert f"| {strategy} | {mean:.3f} | [{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}] |" in text
+    assert results["chain"]["ci95"] == [0.0, 1.0]  # 0.5 +- 5.08, clipped on both sides
+    assert 0.0 < results["patr"]["ci95"][0] < results["patr"]["ci95"][1] < 1.0
+    assert results["patr"]["generated_tokens"] == pytest.approx(540.0)
 
 
 def test_compare_writes_the_report(tmp_path) -> None:
@@ -26,14 +89,24 @@ def test_compare_writes_the_report(tmp_path) -> None:
         assert (tmp_path / "report" / f"tree_{strategy}.html").exists()
     assert (tmp_path / "report" / "success_vs_tokens.png").stat().st_size > 1000
     results = json.loads((tmp_path / "report" / "results.json").read_text())
-    for row in results.values():
+    for strategy, row in results.items():
         assert len(row["runs"]) == 2
-        low, high = row["ci95"]
-        assert low <= row["final_success"] <= high
+        # Each seed's final is its own run's held-out evaluation, read back from its folder.
+        runs = [Path(tmp_path / "report" / "runs" / f"{strategy}_seed{seed}") for seed in (0, 1)]
+        finals = [json.loads((run / "summary.json").read_text())["final_eval"]["success_rate"]
+                  for run in runs]
+        assert [run["final_success"] for run in row["runs"]] == finals
+        mean, low, high = _clipped_t_interval(finals)
+        assert row["final_success"] == pytest.approx(mean)
+        assert row["ci95"] == pytest.approx([low, high], abs=1e-3)
         # The same per-task token budget binds every strategy: 2 steps x 2 tasks x 40 tokens.
-        assert all(run["generated_tokens"] <= 2 * 2 * 40 for run in row["runs"])
+        steps = [[json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+                 for run in runs]
+        generated = [sum(r.get("generated_tokens", 0) for r in records) for records in steps]
+        assert [run["generated_tokens"] for run in row["runs"]] == generated
+        assert all(0 < g <= 2 * 2 * 40 for g in generated)
         assert 0.0 <= row["signal_groups"] <= 1.0
-        per_seed = " / ".join(f"{run['final_success']:.3f}" for run in row["runs"])
+        per_seed = " / ".join(f"{final:.3f}" for final in finals)
         assert per_seed in text
     assert results["patr"]["scorer_seconds"] > 0
     # A second call reuses the finished runs instead of retraining them.
