@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -33,19 +32,13 @@ import torch
 
 from treeroll.backends.hf import HFBackend
 from treeroll.config import StrategyConfig, load_config
-from treeroll.formatting import TurnFormat
 from treeroll.plugins import ADVANTAGES, make_env_factory, make_strategy
 from treeroll.rollout import rollout
+from treeroll.session import starting_policy
 from treeroll.strategies import Chain
+from treeroll.training.evaluation import task_pools
 from treeroll.training.packed import unique_tokens
-from treeroll.training.trainer import (
-    _Silent,
-    _train_items,
-    _update,
-    build_policy,
-    task_pools,
-    warm_start,
-)
+from treeroll.training.trainer import _train_items, _update
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "frozenlake_rllm.yaml"
 
@@ -64,15 +57,11 @@ def main() -> None:
     make_env = make_env_factory(config.env)
     strategy = make_strategy(config.strategy)
     estimator = ADVANTAGES.get(config.advantage.name)
-    train_seeds, _ = task_pools(config)
+    train_seeds, _ = task_pools(config.env, config.eval)
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
-    with tempfile.TemporaryDirectory() as folder:
-        model, tokenizer = build_policy(config.policy, make_env, Path(folder) / "policy")
-    turn_format = TurnFormat(tokenizer)
-    if config.policy.warm_start_steps and not config.policy.model_path:
-        warm_start(model, tokenizer, turn_format, make_env, train_seeds, config.policy, rng,
-                   _Silent())
+    policy = starting_policy(config)
+    model, tokenizer, turn_format = policy.model, policy.tokenizer, policy.turn_format()
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.optim.lr,
                                   weight_decay=config.optim.weight_decay)
     variants = {"expanded": replace(config, optim=replace(config.optim, packed=False)),

@@ -41,19 +41,12 @@ from treeroll.backends.local import ModelConfig, build_model, build_word_tokeniz
 from treeroll.config import PolicyConfig, ScorerConfig
 from treeroll.envs.frozenlake import make_frozenlake
 from treeroll.formatting import TurnFormat
+from treeroll.policies import Policy
 from treeroll.rollout import RolloutBatch, RolloutConfig, rollout
 from treeroll.scorers import make_scorer
 from treeroll.strategies import PATR, Chain, RandomTree
-from treeroll.training.trainer import warm_start
+from treeroll.training.sft_run import format_warm_start
 from treeroll.tree import leaves, token_counts
-
-
-class _Quiet:
-    def phase(self, text: str, total: int | None = None) -> None:
-        print(f"[patr_cost] {text}", flush=True)
-
-    def advance(self, done: int, info: dict[str, Any]) -> None:
-        pass
 
 
 def summarise(batch: RolloutBatch) -> dict[str, float]:
@@ -116,9 +109,9 @@ def main() -> None:
     tick = time.perf_counter()
     loss = float("nan")
     if steps:
-        loss = warm_start(model, tokenizer, turn_format, make_env,
-                          np.arange(100_000, 110_000), PolicyConfig(warm_start_steps=steps),
-                          rng, _Quiet())
+        loss = format_warm_start(Policy(model, tokenizer), make_env,
+                                 np.arange(100_000, 110_000),
+                                 PolicyConfig(init=None, warm_start_steps=steps), rng)
     warm_seconds = time.perf_counter() - tick
     model.eval()
     backend = HFBackend(model, pad_token_id=tokenizer.pad_token_id or 0)

@@ -29,9 +29,10 @@ from treeroll.backends.local import ModelConfig, build_model, build_word_tokeniz
 from treeroll.config import PolicyConfig
 from treeroll.envs import make_frozenlake
 from treeroll.formatting import TurnFormat
+from treeroll.policies import Policy
 from treeroll.rollout import RolloutConfig, rollout
 from treeroll.strategies import Chain, TreeGRPO
-from treeroll.training.trainer import _Silent, warm_start
+from treeroll.training.sft_run import format_warm_start
 from treeroll.tree import TokenCounts, token_counts
 
 
@@ -63,8 +64,8 @@ def main() -> None:
     turn_format = TurnFormat(tokenizer)
     rng = np.random.default_rng(0)
     seeds = rng.choice(1_000_000, size=400, replace=False)
-    warm_start(model, tokenizer, turn_format, make_env, seeds,
-               PolicyConfig(warm_start_steps=warm, warm_start_batch=16), rng, _Silent())
+    format_warm_start(Policy(model, tokenizer), make_env, seeds,
+                      PolicyConfig(init=None, warm_start_steps=warm, warm_start_batch=16), rng)
     model.eval()
     settings = RolloutConfig(max_turn_tokens=12)
     tree = TreeGRPO(m=4, n=2, l=1)  # up to M(LN + 1) = 12 leaves per task

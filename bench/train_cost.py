@@ -48,22 +48,15 @@ from treeroll.backends.local import ModelConfig, build_model, build_word_tokeniz
 from treeroll.config import PolicyConfig
 from treeroll.envs import make_frozenlake
 from treeroll.formatting import TurnFormat
+from treeroll.policies import Policy
 from treeroll.rollout import RolloutConfig, rollout
 from treeroll.strategies import PATR, Chain, TreeGRPO
 from treeroll.training.loss import LossConfig, TrainItem, expanded_backward
 from treeroll.training.packed import packed_backward, unique_tokens
-from treeroll.training.trainer import warm_start
+from treeroll.training.sft_run import format_warm_start
 from treeroll.tree import export_trajectories
 
 METHODS = {"expanded": expanded_backward, "packed": packed_backward}
-
-
-class _Quiet:
-    def phase(self, text: str, total: int | None = None) -> None:
-        pass
-
-    def advance(self, done: int, info: dict[str, Any]) -> None:
-        pass
 
 
 def make_env() -> Any:
@@ -148,8 +141,8 @@ def main() -> None:
     turn_format = TurnFormat(tokenizer)
     rng = np.random.default_rng(args.seed)
     if steps:
-        warm_start(model, tokenizer, turn_format, make_env, np.arange(100_000, 110_000),
-                   PolicyConfig(warm_start_steps=steps), rng, _Quiet())
+        format_warm_start(Policy(model, tokenizer), make_env, np.arange(100_000, 110_000),
+                          PolicyConfig(init=None, warm_start_steps=steps), rng)
     model.eval()
     backend = HFBackend(model, pad_token_id=tokenizer.pad_token_id or 0)
     tasks = [int(s) for s in rng.integers(1_000_000, size=n_tasks)]

@@ -112,39 +112,48 @@ def test_rollout_swe_with_patr_and_show(tmp_path) -> None:
     assert drawn == {n["id"] for n in nodes}
 
 
-def test_imitation_warm_start_needs_a_planner_and_teaches_the_planner(tmp_path: Path) -> None:
+def test_format_warm_start_teaches_well_formed_replies_and_needs_an_expert() -> None:
     import numpy as np
 
-    from treeroll.backends.local import ModelConfig, build_model, build_word_tokenizer
-    from treeroll.config import PolicyConfig
+    from treeroll.backends.hf import HFBackend
+    from treeroll.backends.local import ModelConfig
+    from treeroll.config import EvalConfig, PolicyConfig
     from treeroll.envs import make_frozenlake
-    from treeroll.formatting import TurnFormat
-    from treeroll.training.trainer import _Silent, _synthetic_episode, warm_start
+    from treeroll.policies import build_policy
+    from treeroll.rollout import RolloutConfig
+    from treeroll.training.evaluation import evaluate
+    from treeroll.training.sft_run import format_warm_start
 
-    with pytest.raises(ValueError, match="warm_start_skill"):
-        PolicyConfig(warm_start_skill=2.0)
-    make_env = lambda: make_frozenlake("rllm")
-    tokenizer = build_word_tokenizer(make_env().vocabulary_texts())
-    turn_format = TurnFormat(tokenizer)
-    rng = np.random.default_rng(0)
-    # A skilled episode runs to its end (the planner reaches the goal); format episodes stop
-    # after four turns.
-    env = make_env()
-    _synthetic_episode(tokenizer, turn_format, env, 5, rng, skill=1.0)
-    assert env.success
-    model = build_model(len(tokenizer), ModelConfig(hidden_size=16, num_layers=1, num_heads=2,
-                                                    intermediate_size=32))
-    loss = warm_start(model, tokenizer, turn_format, make_env, np.arange(50),
-                      PolicyConfig(warm_start_steps=2, warm_start_batch=2,
-                                   warm_start_skill=0.5), rng, _Silent())
+    make_env = lambda: make_frozenlake("rllm", size_min=3, size_max=4)
+    config = PolicyConfig(init=None, model=ModelConfig(hidden_size=32, num_layers=1,
+                                                       num_heads=2, intermediate_size=64),
+                          warm_start_steps=80, warm_start_batch=8, warm_start_lr=1e-2)
+    policy = build_policy(None, config.model, None, make_env)
+    seeds = np.arange(200, 220)
+
+    def well_formed() -> float:
+        return evaluate(HFBackend(policy.model), policy.turn_format(), make_env, seeds,
+                        EvalConfig(tasks=len(seeds)), RolloutConfig(max_turn_tokens=8)).format_ok
+
+    before = well_formed()
+    loss = format_warm_start(policy, make_env, np.arange(50), config, np.random.default_rng(0))
+    after = well_formed()
+    assert before < 0.5 and after > 0.95, (before, after)
     assert np.isfinite(loss)
 
-    class NoPlanner:
-        def __getattr__(self, name: str) -> object:
-            if name == "expert_reply":
-                raise AttributeError(name)
-            return getattr(make_env(), name)
+    class NoExpert:
+        def __init__(self) -> None:
+            self.env = make_env()
+            self.system_prompt = self.env.system_prompt
 
-    with pytest.raises(ValueError, match="expert_reply"):
-        warm_start(model, tokenizer, turn_format, NoPlanner, np.arange(50),
-                   PolicyConfig(warm_start_steps=1, warm_start_skill=0.5), rng, _Silent())
+        def reset(self, seed: int) -> str:
+            return self.env.reset(seed)
+
+        def step(self, action: str):  # type: ignore[no-untyped-def]
+            return self.env.step(action)
+
+        def fork(self):  # type: ignore[no-untyped-def]
+            return self.env.fork()
+
+    with pytest.raises(ValueError, match="has no expert"):
+        format_warm_start(policy, NoExpert, np.arange(50), config, np.random.default_rng(0))

@@ -415,7 +415,9 @@ def test_expert_reply_with_full_skill_always_solves_rllm_maps() -> None:
         env.reset(seed)
         done = False
         while not done:
-            _, _, terminated, truncated, info = env.step(env.expert_reply(rng, skill=1.0))
+            reply = env.expert_reply(rng, skill=1.0)
+            assert reply.is_expert
+            _, _, terminated, truncated, info = env.step(reply.text)
             assert not info["format_error"]
             done = terminated or truncated
         assert info["success"], seed
@@ -425,10 +427,14 @@ def test_expert_reply_skill_zero_is_random_and_bad_skill_is_rejected() -> None:
     rng = np.random.default_rng(1)
     env = make_frozenlake("rllm")
     env.reset(3)
-    replies = {env.expert_reply(rng, skill=0.0) for _ in range(200)}
-    assert replies == {f"```{a}```" for a in ACTION_NAMES}
+    replies = [env.expert_reply(rng, skill=0.0) for _ in range(200)]
+    assert {r.text for r in replies} == {f"```{a}```" for a in ACTION_NAMES}
+    best = {f"```{ACTION_NAMES[i]}```" for i in env.planner_actions(env.position)}
+    # is_expert marks exactly the replies that are a planner's best move here
+    assert all(r.is_expert == (r.text in best) for r in replies)
+    assert any(r.is_expert for r in replies) and not all(r.is_expert for r in replies)
     with pytest.raises(ValueError, match="skill"):
         env.expert_reply(rng, skill=1.5)
     ragen = make_frozenlake("ragen")
     ragen.reset(0)
-    assert re.fullmatch(r"<think>.*</think><answer>.+</answer>", ragen.expert_reply(rng, 0.5))
+    assert re.fullmatch(r"<think>.*</think><answer>.+</answer>", ragen.expert_reply(rng, 0.5).text)

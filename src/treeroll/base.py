@@ -29,6 +29,8 @@ __all__ = [
     "AdvantageEstimator",
     "Completion",
     "Env",
+    "ExpertEnv",
+    "ExpertReply",
     "FinishingStrategy",
     "GenerationBackend",
     "GenerationRequest",
@@ -76,6 +78,32 @@ class Env(Protocol):
 
     def fork(self) -> Env:
         """Return an independent copy that continues exactly as this environment would."""
+        ...
+
+
+@dataclass(frozen=True)
+class ExpertReply:
+    """One reply of an environment's expert, for supervised fine-tuning."""
+
+    text: str
+    """The reply, exactly as a policy would write it (it is parsed like a model's reply)."""
+    is_expert: bool = True
+    """False when the expert's noise chose this reply instead of its own choice (a noisy
+    expert visits states off its own path; SFT may keep such replies in the context and
+    leave them out of the loss)."""
+
+
+@runtime_checkable
+class ExpertEnv(Env, Protocol):
+    """An :class:`Env` that can also demonstrate: an optional protocol (FrozenLake's
+    shortest-path planner and the SWE tasks' scripted agent implement it). ``treeroll sft``
+    generates its data from it on the fly."""
+
+    def expert_reply(self, rng: np.random.Generator, skill: float = 1.0) -> ExpertReply:
+        """The expert's reply in the current state. With probability ``1 - skill`` per
+        decision the expert acts at random instead (``is_expert=False`` then); ``skill = 1``
+        is the clean expert. Draws only from ``rng`` (never from the environment's own RNG,
+        so demonstrating does not change the episode)."""
         ...
 
 

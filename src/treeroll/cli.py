@@ -112,6 +112,26 @@ def cmd_train(args: list[str]) -> int:
     return 0
 
 
+def cmd_sft(args: list[str]) -> int:
+    """``treeroll sft``: supervised fine-tuning; prints held-out success before and after."""
+    from treeroll.training.sft import SFTConfig
+
+    config = _parse(SFTConfig, args, "Supervised fine-tuning on multi-turn trajectories (an "
+                    "environment's expert or a JSONL file). Options after --config FILE.yaml "
+                    "override the file.")
+    from treeroll.training.sft_run import run_sft
+
+    with _progress() as progress:
+        try:
+            summary = run_sft(config, RichReporter(progress))
+        except KeyboardInterrupt:
+            console.print(f"[yellow]interrupted: checkpoint and metrics are in "
+                          f"{Path(config.runs_dir) / config.name}; continue with --resume")
+            return 130
+    _print_summary(summary, Path(config.runs_dir) / config.name)
+    return 0
+
+
 def _print_summary(summary: dict[str, Any], run_dir: Path) -> None:
     table = Table(title=f"run {run_dir}")
     table.add_column("held-out")
@@ -142,11 +162,11 @@ def cmd_eval(args: list[str]) -> int:
     """``treeroll eval``: evaluate a run's checkpoint on held-out tasks."""
     command = _parse(EvalCommand, args, EvalCommand.__doc__ or "")
     from treeroll.session import load_run_policy
-    from treeroll.training.trainer import evaluate, task_pools
+    from treeroll.training.evaluation import evaluate, task_pools
 
     config, backend, turn_format, make_env = load_run_policy(Path(command.run))
     config.eval = replace(config.eval, tasks=command.tasks, temperature=command.temperature)
-    _, held_out = task_pools(config)
+    _, held_out = task_pools(config.env, config.eval)
     with _progress() as progress:
         RichReporter(progress).phase(f"evaluating {command.tasks} held-out tasks")
         result = evaluate(backend, turn_format, make_env, held_out[: command.tasks], config.eval,
@@ -226,7 +246,8 @@ def cmd_compare(args: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval, "rollout": cmd_rollout, "show": cmd_show,
+COMMANDS = {"train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "rollout": cmd_rollout,
+            "show": cmd_show,
             "compare": cmd_compare}
 
 
@@ -234,8 +255,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``treeroll`` command."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: treeroll {train,eval,rollout,show,compare} [--config FILE] [options]\n\n"
+        print("usage: treeroll {train,sft,eval,rollout,show,compare} [--config FILE] [options]"
+              "\n\n"
               "  train    train a policy on tree rollouts (default: FrozenLake, rLLM convention)\n"
+              "  sft      supervised fine-tuning on an expert's episodes or a JSONL file\n"
               "  eval     held-out success of a run, with a 95% interval\n"
               "  rollout  build one tree, print it and save it as JSON\n"
               "  show     render a saved tree as PNG and HTML\n"

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from treeroll.config import TrainConfig
-from treeroll.training.trainer import Reporter, train
+from treeroll.training.evaluation import Reporter
+from treeroll.training.trainer import train
 
 __all__ = ["CompareConfig", "run_compare"]
 

@@ -57,30 +57,32 @@ class EnvConfig:
 
 @dataclass
 class PolicyConfig:
-    """The policy: a local model directory, or a small model built from ``model``."""
+    """The policy a run starts from: a shipped base, a policy folder, or a from-scratch build."""
 
-    model_path: str | None = None
-    """A local directory written by ``save_pretrained`` (model + tokenizer); None builds the
-    embedded default from ``model``. Nothing is ever downloaded."""
+    init: str | None = "frozenlake-tiny"
+    """A shipped policy's name (``frozenlake-tiny``: FrozenLake, made by ``treeroll sft``),
+    or a local folder written by ``save_pretrained`` / ``treeroll sft`` (model + tokenizer);
+    None builds a small model from ``model`` with a word-level tokenizer of the
+    environment's texts. Nothing is ever downloaded."""
+    view: str | None = None
+    """Observation view (``plain`` or ``cell_coordinates``, see treeroll.views); None = the
+    policy folder's own (``plain`` for a from-scratch build or a folder without one)."""
     model: ModelConfig = field(default_factory=ModelConfig)
+    """From-scratch builds only (``init: null``): the model's shape."""
     warm_start_steps: int = 60
-    """Supervised *format* warm start on well-formed replies with uniformly random actions
-    (teaches a from-scratch model the answer format, not a policy). 0 disables it."""
+    """From-scratch builds only: a supervised *format* warm start (the SFT loop on the
+    environment's expert at skill 0: well-formed replies, uniformly random actions; it
+    teaches the answer format, not a policy). 0 disables it. For a policy, run
+    ``treeroll sft`` and pass its folder as ``init``."""
     warm_start_lr: float = 3e-3
     """Learning rate of the warm start."""
     warm_start_batch: int = 16
-    """Synthetic episodes per warm-start step."""
-    warm_start_skill: float = 0.0
-    """0 (default): the warm start teaches the format only (random actions). > 0: its
-    episodes imitate a noisy planner instead, each action on a shortest path with this
-    probability (else random), for whole episodes -- a stand-in for the prior a pretrained
-    model brings, so that RL starts from a policy it can improve. Needs an environment with
-    ``expert_reply(rng, skill)`` (FrozenLake)."""
+    """Episodes per warm-start step."""
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.warm_start_skill <= 1.0:
-            raise ValueError(f"policy.warm_start_skill must be in [0, 1], got "
-                             f"{self.warm_start_skill}")
+        if self.warm_start_steps < 0 or self.warm_start_batch < 1 or not self.warm_start_lr > 0:
+            raise ValueError("policy.warm_start_steps must be >= 0, policy.warm_start_batch "
+                             ">= 1 and policy.warm_start_lr > 0")
 
 
 @dataclass

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from treeroll.views import VIEWS
+
 __all__ = ["ByteTokenizer", "TextTokenizer", "TurnFormat"]
 
 
@@ -58,10 +60,15 @@ class TurnFormat:
     ``use_chat_template`` defaults to whether the tokenizer has one. Without one, the prompt is
     ``system + "\\n\\n" + observation + "\\n"`` and each later observation is appended as
     ``"\\n" + observation + "\\n"``, after the end-of-turn token.
+
+    ``view`` names an observation view (:mod:`treeroll.views`) applied to every observation
+    before it is encoded (``plain``: unchanged); a policy trained with a view must be run with
+    it, which loading a policy folder arranges.
     """
 
     tokenizer: Any
     use_chat_template: bool | None = None
+    view: str = "plain"
 
     def __post_init__(self) -> None:
         if self.use_chat_template is None:
@@ -70,6 +77,7 @@ class TurnFormat:
         if eos is None:
             raise ValueError("the tokenizer has no eos_token_id; set one so that a turn can end")
         self.eos_token_id: int = int(eos)
+        self._view = VIEWS.get(self.view)
 
     @property
     def stop_token_ids(self) -> tuple[int, ...]:
@@ -81,6 +89,7 @@ class TurnFormat:
 
     def prompt(self, system_prompt: str, observation: str) -> tuple[list[int], str]:
         """Ids and text of the first context: system prompt and first observation."""
+        observation = self._view(observation)
         if self.use_chat_template:
             messages = [{"role": "user", "content": observation}]
             if system_prompt:
@@ -94,6 +103,7 @@ class TurnFormat:
     def observation(self, observation: str, action_ended_turn: bool) -> tuple[list[int], str]:
         """Ids and text appended after an action: close the turn if the model did not, then the
         observation, then whatever opens the next model turn."""
+        observation = self._view(observation)
         if self.use_chat_template:
             text = self._chat_delta(observation, action_ended_turn)
             return self._encode(text), text
@@ -113,6 +123,11 @@ class TurnFormat:
         if action_ended_turn and closing.startswith(eos_text):
             closing = closing[len(eos_text):]
         return closing + second[len(first):]
+
+    def reply(self, text: str) -> list[int]:
+        """Ids of a model reply as a policy samples it: the text's ids, then the end-of-turn
+        id (supervised fine-tuning builds its contexts with this)."""
+        return self._encode(text) + [self.eos_token_id]
 
     def decode_action(self, ids: list[int]) -> str:
         """The text an environment sees for a sampled action (special tokens dropped)."""

@@ -633,9 +633,9 @@ def build_judge(config: ScorerConfig, *, backend: GenerationBackend | None = Non
             raise ValueError("the judge scorer needs a model: set scorer.judge_model_path to a "
                              "local model directory (or pass backend= and turn_format=)")
         from treeroll.backends.hf import HFBackend
-        from treeroll.backends.local import load_policy
+        from treeroll.backends.local import load_policy_files
 
-        model, tokenizer = load_policy(path)
+        model, tokenizer = load_policy_files(path)
         backend = HFBackend(model.eval(), pad_token_id=tokenizer.pad_token_id or 0)
         turn_format = TurnFormat(tokenizer)
     return JudgeScorer(backend, turn_format)

@@ -15,11 +15,13 @@ from treeroll.base import Env, GenerationBackend
 from treeroll.config import TrainConfig, load_config
 from treeroll.formatting import TurnFormat
 from treeroll.plugins import make_env_factory, make_strategy
+from treeroll.policies import Policy, build_policy
 from treeroll.rollout import rollout
 from treeroll.strategies import PATR
 from treeroll.tree import Node, RolloutTree, token_counts
 
-__all__ = ["apply_shortcuts", "build_one_tree", "describe_tree", "load_run_policy"]
+__all__ = ["apply_shortcuts", "build_one_tree", "describe_tree", "load_run_policy",
+           "starting_policy"]
 
 
 def apply_shortcuts(config: TrainConfig, *, env: str | None, strategy: str | None,
@@ -54,14 +56,31 @@ def load_run_policy(run_dir: Path) -> tuple[TrainConfig, HFBackend, TurnFormat,
         raise FileNotFoundError(f"no checkpoint at {checkpoint}: is {run_dir} a run folder "
                                 "written by `treeroll train`?")
     config: TrainConfig = load_config(run_dir / "config.yaml")
-    from treeroll.training.trainer import build_policy
-
     make_env = make_env_factory(config.env)
-    model, tokenizer = build_policy(config.policy, make_env, run_dir / "policy")
-    model.load_state_dict(torch.load(checkpoint, weights_only=False)["model"])
-    model.eval()
-    return config, HFBackend(model, pad_token_id=tokenizer.pad_token_id or 0), \
-        TurnFormat(tokenizer), make_env
+    policy = build_policy(config.policy.init, config.policy.model, config.policy.view,
+                          make_env, run_dir / "policy")
+    policy.model.load_state_dict(torch.load(checkpoint, weights_only=False)["model"])
+    policy.model.eval()
+    return config, HFBackend(policy.model, pad_token_id=policy.tokenizer.pad_token_id or 0), \
+        policy.turn_format(), make_env
+
+
+def starting_policy(config: TrainConfig) -> Policy:
+    """The policy ``treeroll train`` would start from (before any RL step): ``policy.init``
+    loaded, or a from-scratch build after its format warm start."""
+    make_env = make_env_factory(config.env)
+    policy = build_policy(config.policy.init, config.policy.model, config.policy.view,
+                          make_env)
+    if config.policy.warm_start_steps and not config.policy.init:
+        from treeroll.training.evaluation import task_pools
+        from treeroll.training.sft_run import format_warm_start
+
+        torch.manual_seed(config.seed)
+        train_seeds, _ = task_pools(config.env, config.eval)
+        format_warm_start(policy, make_env, train_seeds, config.policy,
+                          np.random.default_rng(config.seed))
+    policy.model.eval()
+    return policy
 
 
 def _policy_for(config: TrainConfig, run_dir: Path | None
@@ -75,19 +94,9 @@ def _policy_for(config: TrainConfig, run_dir: Path | None
         from treeroll.formatting import ByteTokenizer
 
         return ScriptedSWEAgent(builtin_tasks()), TurnFormat(ByteTokenizer()), make_env
-    import tempfile
-
-    from treeroll.training.trainer import _Silent, build_policy, task_pools, warm_start
-
-    with tempfile.TemporaryDirectory() as folder:
-        model, tokenizer = build_policy(config.policy, make_env, Path(folder))
-    turn_format = TurnFormat(tokenizer)
-    if config.policy.warm_start_steps and not config.policy.model_path:
-        train_seeds, _ = task_pools(config)
-        warm_start(model, tokenizer, turn_format, make_env, train_seeds, config.policy,
-                   np.random.default_rng(config.seed), _Silent())
-    return HFBackend(model.eval(), pad_token_id=tokenizer.pad_token_id or 0), turn_format, \
-        make_env
+    policy = starting_policy(config)
+    return HFBackend(policy.model.eval(), pad_token_id=policy.tokenizer.pad_token_id or 0), \
+        policy.turn_format(), make_env
 
 
 def build_one_tree(config: TrainConfig, task_seed: int, run_dir: Path | None = None

@@ -3,7 +3,8 @@
 The embedded default policy is built here from a config: a ``tokenizers`` word-level
 tokenizer whose vocabulary is collected from the environment's own texts, and a small
 ``LlamaForCausalLM`` initialised from scratch. Nothing is downloaded. Users with a real model
-pass a local directory instead (:func:`load_policy`), loaded with ``local_files_only=True``.
+pass a local directory instead (:func:`load_policy_files`; :mod:`treeroll.policies` adds
+shipped policies and observation views on top), loaded with ``local_files_only=True``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["ModelConfig", "build_model", "build_word_tokenizer", "load_policy", "save_policy"]
+__all__ = ["ModelConfig", "build_model", "build_word_tokenizer", "load_policy_files"]
 
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<eos>", "<bos>")
 WORD_PATTERN = (r"<think>|</think>|<answer>|</answer>|\|\||```|\n"
@@ -26,16 +27,19 @@ WORD_PATTERN = (r"<think>|</think>|<answer>|</answer>|\|\||```|\n"
 whole, newlines (the grid's rows), words, single digits, single symbols; other spaces dropped."""
 
 
-def build_word_tokenizer(texts: Iterable[str], min_count: int = 1) -> Any:
+def build_word_tokenizer(texts: Iterable[str], min_count: int = 1,
+                         extra_pattern: str | None = None) -> Any:
     """A ``PreTrainedTokenizerFast`` with a word vocabulary covering ``texts``.
 
-    Words are ``WORD_PATTERN`` pieces; spaces are dropped (decoding joins pieces with one
+    Words are ``WORD_PATTERN`` pieces (``extra_pattern``, if given, is tried first, e.g. the
+    cell words of :mod:`treeroll.views`); spaces are dropped (decoding joins pieces with one
     space, which every parser in treeroll accepts). Unknown words map to ``<unk>``.
     """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    pattern = re.compile(WORD_PATTERN)
+    word_pattern = f"{extra_pattern}|{WORD_PATTERN}" if extra_pattern else WORD_PATTERN
+    pattern = re.compile(word_pattern)
     counts: Counter[str] = Counter()
     for text in texts:
         counts.update(pattern.findall(text))
@@ -48,7 +52,7 @@ def build_word_tokenizer(texts: Iterable[str], min_count: int = 1) -> Any:
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(r"[ \t\r]+"), behavior="removed"),
-        pre_tokenizers.Split(Regex(WORD_PATTERN), behavior="isolated"),
+        pre_tokenizers.Split(Regex(word_pattern), behavior="isolated"),
     ])
     tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins pieces with spaces
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>",
@@ -98,7 +102,7 @@ def build_model(vocab_size: int, config: ModelConfig, pad_token_id: int = 0,
     return LlamaForCausalLM(llama)
 
 
-def load_policy(path: str | Path) -> tuple[Any, Any]:
+def load_policy_files(path: str | Path) -> tuple[Any, Any]:
     """Load a model and tokenizer from a local directory (never from a hub)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -111,11 +115,3 @@ def load_policy(path: str | Path) -> tuple[Any, Any]:
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True,
                                                  dtype=torch.float32)
     return model, tokenizer
-
-
-def save_policy(model: Any, tokenizer: Any, path: str | Path) -> None:
-    """Write model and tokenizer with ``save_pretrained`` so :func:`load_policy` reads them."""
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from treeroll.base import StepResult
+from treeroll.base import ExpertReply, StepResult
 
 __all__ = [
     "ACTION_NAMES",
@@ -394,30 +394,34 @@ class FrozenLakeEnv:
         actions = [ACTION_NAMES[int(i)] for i in rng.integers(len(ACTION_NAMES), size=count)]
         return f"<think>Moving on.</think><answer>{' || '.join(actions)}</answer>"
 
-    def expert_reply(self, rng: np.random.Generator, skill: float = 1.0) -> str:
-        """A well-formed reply whose actions follow a shortest path to the goal with
-        probability ``skill`` each (ties broken at random) and are uniformly random otherwise.
+    def expert_reply(self, rng: np.random.Generator, skill: float = 1.0) -> ExpertReply:
+        """The noisy shortest-path planner's reply (implements :class:`treeroll.base.ExpertEnv`):
+        each action follows a shortest path to the goal with probability ``skill`` (ties
+        broken at random) and is uniformly random otherwise.
 
-        For an *imitation* warm start that stands in for a pretrained model's prior (a noisy
-        planner, ``skill`` < 1, leaves room for RL to improve). Slippery maps plan as if the
-        moves were deterministic.
+        ``is_expert`` is True when every action of the reply is one of the planner's best
+        moves where it is taken (a random action that happens to be optimal counts), so SFT
+        can train on optimal actions only while the context visits the states the noise led
+        to. Slippery maps plan as if the moves were deterministic.
         """
         if not 0.0 <= skill <= 1.0:
             raise ValueError(f"expert_reply: skill must be in [0, 1], got {skill}")
         count = (1 if self.config.convention == "rllm"
                  else int(rng.integers(1, self.config.actions_per_turn + 1)))
-        position, actions = self.position, []
+        position, actions, optimal = self.position, [], True
         for _ in range(count):
             best = self.planner_actions(position)
             if best and rng.random() < skill:
                 index = best[int(rng.integers(len(best)))]
             else:
                 index = int(rng.integers(len(ACTION_NAMES)))
+            optimal = optimal and index in best
             actions.append(ACTION_NAMES[index])
             position = _neighbour(position, index, self.size)
         if self.config.convention == "rllm":
-            return f"```{actions[0]}```"
-        return f"<think>Moving on.</think><answer>{' || '.join(actions)}</answer>"
+            return ExpertReply(f"```{actions[0]}```", optimal)
+        return ExpertReply(f"<think>Moving on.</think><answer>{' || '.join(actions)}</answer>",
+                           optimal)
 
     def planner_actions(self, position: Cell) -> list[int]:
         """Indices (into ``ACTION_NAMES``) of the moves from ``position`` that end nearest the

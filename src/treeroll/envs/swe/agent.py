@@ -55,6 +55,17 @@ class AgentSkill:
         if self.fix + self.wrong_fix > 1.0:
             raise ValueError("fix + wrong_fix must be <= 1")
 
+    @classmethod
+    def at(cls, skill: float) -> AgentSkill:
+        """The agent at one overall ``skill`` in [0, 1] (the SWE expert of ``treeroll sft``):
+        1 always localises, fixes, and submits after an edit, never flails; 0 explores at
+        random, edits wrongly half the time once it has localised, and flails one turn in
+        five."""
+        if not 0.0 <= skill <= 1.0:
+            raise ValueError(f"skill must be in [0, 1], got {skill}")
+        return cls(localize=0.3 + 0.7 * skill, fix=skill, wrong_fix=0.5 * (1 - skill),
+                   submit=0.5 + 0.5 * skill, flail=0.2 * (1 - skill))
+
 
 class ScriptedSWEAgent:
     """Plays SWE tasks without a model; drives :class:`SWEEnv` like any generation backend."""
@@ -133,6 +144,12 @@ class ScriptedSWEAgent:
             p *= 1 - skill.localize
         options = self._explore(task)
         return self._wrap(options[rng.randrange(len(options))]), p / len(options)
+
+    def is_sound(self, reply: str, previous_replies: Sequence[str]) -> bool:
+        """False for a reply this agent makes only out of noise: a wrong edit, a reply with
+        no action, or a repeat of the previous reply."""
+        return not (_WRONG_MARK in reply or "```" not in reply
+                    or (bool(previous_replies) and reply == previous_replies[-1]))
 
     def _actions(self, context: str) -> list[str]:
         if self.convention == "mini":

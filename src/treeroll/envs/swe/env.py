@@ -19,13 +19,16 @@ truncates (reward 0, not evaluated), so does the consecutive format-error limit.
 from __future__ import annotations
 
 import json
+import random
 import re
 import shlex
 import weakref
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from treeroll.base import StepResult
+import numpy as np
+
+from treeroll.base import ExpertReply, StepResult
 from treeroll.envs.swe.sandbox import CommandResult, Sandbox, SandboxLimits, Workspace
 from treeroll.envs.swe.tasks import SWETask, TaskSet, builtin_tasks, evaluate
 
@@ -352,6 +355,8 @@ class SWEEnv:
         self.consecutive_format_errors = 0
         self.history: list[str] = []
         """Every parsed action of the episode as text (``bash: ...``, ``editor: ...``)."""
+        self.transcript: list[str] = []
+        """The first observation and every raw reply so far (what the expert reads)."""
         self.done = False
         self.success = False
         self.submitted = False
@@ -372,6 +377,11 @@ class SWEEnv:
         self.done = self.success = self.submitted = False
         self._undo = {}
         assert self.workspace is not None
+        self.transcript = [self._first_observation()]
+        return self.transcript[0]
+
+    def _first_observation(self) -> str:
+        assert self.workspace is not None and self.task is not None
         # copy mode gives every branch its own directory: name none, so reset stays
         # deterministic in the seed (commands start in the tree either way)
         where = self.workspace.path if self.sandbox.mode == "overlay" else "."
@@ -397,6 +407,7 @@ class SWEEnv:
                                   self.config.convention)
         except Exception as err:  # never raise on model text
             parsed = ParsedAction("error", error=f"Could not parse the reply: {err}")
+        self.transcript.append(action if isinstance(action, str) else str(action))
         self.steps += 1
         info: dict[str, Any] = {"success": False, "format_error": parsed.kind == "error",
                                 "action_kind": parsed.kind, "steps": self.steps}
@@ -434,6 +445,24 @@ class SWEEnv:
             info["stop_reason"] = "step_limit"
         return observation, 0.0, False, truncated, info
 
+    def expert_reply(self, rng: np.random.Generator, skill: float = 1.0) -> ExpertReply:
+        """The scripted agent's next reply (implements :class:`treeroll.base.ExpertEnv`).
+
+        The agent (:class:`treeroll.envs.swe.ScriptedSWEAgent`) reads this episode's
+        transcript and acts by phase; ``skill`` sets its probabilities (``AgentSkill.at``):
+        at 1 it localises, applies the reference fix, runs the tests and submits. A wrong
+        edit or a flailing reply (a repeat or no action) is marked ``is_expert=False``.
+        """
+        from treeroll.envs.swe.agent import AgentSkill, ScriptedSWEAgent
+
+        if self.task is None:
+            raise RuntimeError("call reset(seed) before expert_reply()")
+        agent = ScriptedSWEAgent(self.tasks, convention=self.config.convention,
+                                 skill=AgentSkill.at(skill))
+        text, _ = agent.act("\n".join(self.transcript),
+                            random.Random(int(rng.integers(2**63))))
+        return ExpertReply(text, is_expert=agent.is_sound(text, self.transcript[1:]))
+
     def fork(self) -> SWEEnv:
         """An independent copy that continues exactly as this environment would."""
         child = SWEEnv(self.tasks, self.config, sandbox=self.sandbox)
@@ -443,6 +472,7 @@ class SWEEnv:
         child.steps, child.format_errors = self.steps, self.format_errors
         child.consecutive_format_errors = self.consecutive_format_errors
         child.history = list(self.history)
+        child.transcript = list(self.transcript)
         child.done, child.success, child.submitted = self.done, self.success, self.submitted
         child._undo = {path: list(stack) for path, stack in self._undo.items()}
         return child

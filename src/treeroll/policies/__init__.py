@@ -1,0 +1,179 @@
+"""Policies: the shipped base policies, policy folders, and from-scratch builds.
+
+A *policy folder* is what ``save_pretrained`` writes for a model and its tokenizer, plus
+``treeroll.json`` (the observation view the policy reads, see :mod:`treeroll.views`, and how
+it was made) and a model card ``README.md``. Any treeroll command loads one with
+``--policy.init PATH``; a shipped policy is named instead of a path:
+
+* ``frozenlake-tiny`` -- a small Llama fine-tuned by ``treeroll sft --config
+  configs/sft_frozenlake.yaml`` on FrozenLake (rLLM convention) planner episodes; reads grids
+  through the ``cell_coordinates`` view. Its model card has the recipe and its figures.
+
+Nothing is ever downloaded: shipped policies are files inside the package.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from treeroll.backends.local import build_model, build_word_tokenizer, load_policy_files
+from treeroll.base import Env
+from treeroll.formatting import TurnFormat
+from treeroll.views import CELL_WORD_PATTERN, VIEWS
+
+__all__ = ["SHIPPED", "Policy", "build_policy", "load_policy", "resolve_policy",
+           "save_policy", "shipped_policies"]
+
+SHIPPED = ("frozenlake-tiny",)
+"""Names of the policies shipped inside the package."""
+
+_META_FILE = "treeroll.json"
+
+
+@dataclass
+class Policy:
+    """A model, its tokenizer and the observation view it reads."""
+
+    model: Any
+    tokenizer: Any
+    view: str = "plain"
+    meta: dict[str, Any] = field(default_factory=dict)
+    """``treeroll.json`` of the folder it came from (empty for a fresh build)."""
+
+    def turn_format(self) -> TurnFormat:
+        """The turn format this policy was trained with."""
+        return TurnFormat(self.tokenizer, view=self.view)
+
+    @property
+    def parameters(self) -> int:
+        """Number of parameters of the model."""
+        return sum(p.numel() for p in self.model.parameters())
+
+
+def shipped_policies() -> list[str]:
+    """Names of the shipped policies whose files are present in this installation."""
+    return [name for name in SHIPPED if (_shipped_dir(name) / "config.json").is_file()]
+
+
+def _shipped_dir(name: str) -> Path:
+    return Path(__file__).parent / name
+
+
+def resolve_policy(spec: str) -> Path:
+    """The folder of a shipped policy name or of a path; a clear error if it is neither."""
+    if spec in SHIPPED:
+        folder = _shipped_dir(spec)
+        if not (folder / "config.json").is_file():
+            raise FileNotFoundError(f"policy.init {spec!r}: the shipped policy's files are "
+                                    f"missing from {folder}; make it with `treeroll sft "
+                                    "--config configs/sft_frozenlake.yaml`")
+        return folder
+    folder = Path(spec).expanduser()
+    if not folder.is_dir():
+        raise FileNotFoundError(f"policy.init {spec!r} is neither a shipped policy "
+                                f"({', '.join(SHIPPED)}) nor a folder: pass a folder written "
+                                "by save_pretrained or treeroll sft (nothing is downloaded)")
+    return folder
+
+
+def load_policy(spec: str, view: str | None = None) -> Policy:
+    """Load a shipped policy by name, or a policy folder by path.
+
+    ``view`` overrides the folder's recorded view (``treeroll.json``; ``plain`` when the
+    folder has none, as for any Hugging Face model folder)."""
+    folder = resolve_policy(spec)
+    meta: dict[str, Any] = {}
+    if (folder / _META_FILE).is_file():
+        meta = json.loads((folder / _META_FILE).read_text())
+    chosen = view or meta.get("view", "plain")
+    VIEWS.get(chosen)  # fails with the valid names
+    model, tokenizer = load_policy_files(folder)
+    return Policy(model.eval(), tokenizer, chosen, meta)
+
+
+def save_policy(policy: Policy, path: str | Path, *, card: str | None = None,
+                meta: dict[str, Any] | None = None) -> Path:
+    """Write ``policy`` as a policy folder: model (safetensors), tokenizer, ``treeroll.json``
+    (its view and ``meta``) and, if given, the model card ``README.md``."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    policy.model.save_pretrained(path)
+    policy.tokenizer.save_pretrained(path)
+    (path / _META_FILE).write_text(json.dumps({"view": policy.view, **(meta or {})}, indent=2)
+                                   + "\n")
+    if card is not None:
+        (path / "README.md").write_text(card)
+    return path
+
+
+def build_policy(init: str | None, model_config: Any, view: str | None,
+                 make_env: Callable[[], Env], tokenizer_dir: Path | None = None) -> Policy:
+    """The policy a run starts from: ``init`` (a shipped name or a folder), else a
+    from-scratch build from ``model_config``. A from-scratch build reuses the tokenizer saved
+    in ``tokenizer_dir`` if there is one (a resumed run), else builds a word-level tokenizer
+    covering the environment's texts seen through ``view``; the caller saves it."""
+    if init:
+        return load_policy(init, view)
+    view = view or "plain"
+    observe = VIEWS.get(view)
+    if tokenizer_dir is not None and (tokenizer_dir / "tokenizer.json").exists():
+        from transformers import PreTrainedTokenizerFast
+
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
+    else:
+        env = make_env()
+        texts = env.vocabulary_texts() if hasattr(env, "vocabulary_texts") else []
+        if not texts:
+            raise ValueError("the environment has no vocabulary_texts(); pass policy.init "
+                             "with a policy folder of your own")
+        texts = [observe(text) for text in texts]
+        extra = None
+        if view == "cell_coordinates":
+            texts += [_every_cell_word(32)]
+            extra = CELL_WORD_PATTERN
+        tokenizer = build_word_tokenizer(texts, extra_pattern=extra)
+    model = build_model(len(tokenizer), model_config, pad_token_id=tokenizer.pad_token_id,
+                        eos_token_id=tokenizer.eos_token_id)
+    if view == "cell_coordinates":
+        init_cell_embeddings(model, tokenizer, seed=model_config.seed)
+    return Policy(model, tokenizer, view)
+
+
+def _every_cell_word(size: int) -> str:
+    return " ".join(f"{cell}@{row},{column}" for cell in "_POGX\u221a"
+                    for row in range(size) for column in range(size))
+
+
+def init_cell_embeddings(model: Any, tokenizer: Any, seed: int = 0) -> None:
+    """Give every cell word ``<symbol>@<row>,<column>`` the embedding ``e_symbol + e_row +
+    e_column`` (three random tables, the model's initialiser scale), so that from the first
+    step the symbol, the row and the column are linear features of one token; training then
+    moves each word freely."""
+    embedding = model.get_input_embeddings().weight  # [vocab, hidden]
+    scale = float(getattr(model.config, "initializer_range", 0.02))
+    generator = torch.Generator().manual_seed(seed + 1)
+    words = [(token, index) for token, index in tokenizer.get_vocab().items() if "@" in token
+             and "," in token]
+    if not words:
+        return
+    parsed = []
+    for token, index in words:
+        symbol, _, place = token.partition("@")
+        row, _, column = place.partition(",")
+        parsed.append((symbol, int(row), int(column), index))
+    symbols = sorted({p[0] for p in parsed})
+    extent = max(max(p[1], p[2]) for p in parsed) + 1
+    hidden = embedding.shape[1]
+    tables = {name: torch.randn(count, hidden, generator=generator) * scale
+              for name, count in (("symbol", len(symbols)), ("row", extent),
+                                  ("column", extent))}
+    with torch.no_grad():
+        for symbol, row, column, index in parsed:
+            embedding[index] = (tables["symbol"][symbols.index(symbol)] + tables["row"][row]
+                                + tables["column"][column])

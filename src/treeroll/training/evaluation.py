@@ -1,0 +1,112 @@
+"""Held-out evaluation, the task pools it draws from, and progress reporting.
+
+Training seeds and held-out seeds are disjoint by construction (:func:`task_pools`); SFT's
+expert data and RL both draw only from the training pool.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import numpy as np
+
+from treeroll.base import Env, GenerationBackend
+from treeroll.config import EnvConfig, EvalConfig
+from treeroll.formatting import TurnFormat
+from treeroll.rollout import RolloutConfig, rollout
+from treeroll.strategies import Chain
+from treeroll.tree import leaves, path_to
+
+__all__ = ["EvalResult", "Reporter", "Silent", "evaluate", "task_pools", "wilson_interval"]
+
+
+class Reporter(Protocol):
+    """Receives progress (the CLI shows it with rich progress bars)."""
+
+    def phase(self, text: str, total: int | None = None) -> None:
+        """A new phase starts (warm start, evaluation, training)."""
+        ...
+
+    def advance(self, done: int, info: dict[str, Any]) -> None:
+        """``done`` units of the current phase are finished; ``info`` has live figures."""
+        ...
+
+
+class Silent:
+    """A :class:`Reporter` that shows nothing."""
+
+    def phase(self, text: str, total: int | None = None) -> None:
+        """Ignored."""
+
+    def advance(self, done: int, info: dict[str, Any]) -> None:
+        """Ignored."""
+
+
+@dataclass
+class EvalResult:
+    """Held-out success rate with its 95% Wilson interval, and the share of well-formed
+    replies."""
+
+    success_rate: float
+    low: float
+    high: float
+    tasks: int
+    temperature: float
+    format_ok: float = 1.0
+    """Share of the evaluation's turns whose reply the environment could parse."""
+
+    def as_dict(self) -> dict[str, float]:
+        """Plain dict for JSON."""
+        return {"success_rate": self.success_rate, "ci95_low": self.low, "ci95_high": self.high,
+                "tasks": self.tasks, "temperature": self.temperature,
+                "format_ok": self.format_ok}
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a binomial proportion."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def task_pools(env: EnvConfig, evaluation: EvalConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Training task seeds and held-out seeds (disjoint; held-out drawn from
+    ``evaluation.seed``, skipping every training seed)."""
+    train = np.random.default_rng(env.task_seed).choice(1_000_000, size=env.train_tasks,
+                                                        replace=False)
+    rng = np.random.default_rng(evaluation.seed)
+    held_out: list[int] = []
+    taken = set(train.tolist())
+    needed = max(evaluation.tasks, evaluation.tasks_during)
+    while len(held_out) < needed:
+        seed = int(rng.integers(1_000_000))
+        if seed not in taken:
+            taken.add(seed)
+            held_out.append(seed)
+    return train, np.array(held_out)
+
+
+def evaluate(backend: GenerationBackend, turn_format: TurnFormat, make_env: Callable[[], Env],
+             seeds: Sequence[int] | np.ndarray, config: EvalConfig,
+             rollout_config: RolloutConfig, seed: int = 0) -> EvalResult:
+    """Success rate of one trajectory per held-out task (greedy when
+    ``config.temperature`` is 0), and the share of well-formed replies."""
+    settings = replace(rollout_config, temperature=config.temperature, max_leaves=None,
+                       max_generated_tokens=None)
+    backend.reset_cache()
+    batch = rollout(seeds, make_env, backend, turn_format, Chain(group_size=1),
+                    config=settings, seed=seed)
+    backend.reset_cache()
+    final = [leaf for tree in batch.trees for leaf in leaves(tree)]
+    wins = sum(bool(leaf.info.get("success")) for leaf in final)
+    turns = [node for leaf in final for node in path_to(leaf)[1:]]
+    well_formed = sum(not node.info.get("format_error", False) for node in turns)
+    low, high = wilson_interval(wins, len(seeds))
+    return EvalResult(wins / max(len(seeds), 1), low, high, len(seeds), config.temperature,
+                      well_formed / max(len(turns), 1))

@@ -1,0 +1,217 @@
+"""`treeroll sft`: data (JSONL with bad lines, the expert), the loss mask, the loop, resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from treeroll.backends.local import ModelConfig
+from treeroll.config import EnvConfig, EvalConfig, PolicyConfig
+from treeroll.envs import make_frozenlake
+from treeroll.formatting import TurnFormat
+from treeroll.training.evaluation import task_pools
+from treeroll.training.sft import SFTConfig, SFTDataConfig, SFTOptimConfig, sft_loss
+from treeroll.training.sft_data import BadDataLine, expert_episode, read_jsonl
+from treeroll.training.sft_run import make_batches, run_sft
+
+TINY_POLICY = PolicyConfig(init=None, model=ModelConfig(hidden_size=32, num_layers=1,
+                                                        num_heads=2, intermediate_size=64))
+
+
+def _tiny_config(tmp_path: Path, **changes: object) -> SFTConfig:
+    config = SFTConfig(name="sft", runs_dir=str(tmp_path / "runs"), checkpoint_every=2,
+                       log_every=1, env=EnvConfig(size_min=2, size_max=3, train_tasks=100),
+                       policy=TINY_POLICY,
+                       data=SFTDataConfig(episodes_per_step=3, skill=0.7),
+                       optim=SFTOptimConfig(steps=4, lr=3e-3, warmup_steps=1,
+                                            micro_batch_tokens=256),
+                       eval=EvalConfig(tasks=4, every=2, tasks_during=2))
+    for key, value in changes.items():
+        setattr(config, key, value)
+    return config
+
+
+def _messages(reply: str = "```Up```") -> dict[str, object]:
+    env = make_frozenlake("rllm")
+    first = env.reset(3)
+    second = env.step(reply)[0]
+    return {"messages": [{"role": "system", "content": env.system_prompt},
+                         {"role": "user", "content": first},
+                         {"role": "assistant", "content": reply},
+                         {"role": "user", "content": second},
+                         {"role": "assistant", "content": "```Left```"}]}
+
+
+def test_jsonl_bad_line_is_named_with_its_number_and_fatal_unless_skipped(
+        tmp_path: Path, word_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "data.jsonl"
+    lines = [json.dumps(_messages()), "{not json", json.dumps({"messages": [
+        {"role": "assistant", "content": "hi"}]}), "",
+        json.dumps({"input_ids": [5, 6, 7], "loss_mask": [0, 1, 1]}),
+        json.dumps({"input_ids": [5, 10**6], "loss_mask": [0, 1]})]
+    path.write_text("\n".join(lines) + "\n")
+    turn_format = TurnFormat(word_tokenizer)
+    with pytest.raises(BadDataLine, match=r"data\.jsonl:2: not valid JSON"):
+        read_jsonl(path, turn_format, len(word_tokenizer))
+    warnings: list[str] = []
+    examples = read_jsonl(path, turn_format, len(word_tokenizer), on_bad_line="skip",
+                          warn=warnings.append)
+    assert len(examples) == 2  # lines 1 and 5
+    assert [w.split(": ")[0].rsplit(":", 1)[1] for w in warnings] == ["2", "3", "6"]
+    assert "must be 'user'" in warnings[1] and "outside the vocabulary" in warnings[2]
+    assert examples[1].ids == (5, 6, 7) and examples[1].loss_mask == (0, 1, 1)
+
+
+def test_messages_become_the_rollout_context_with_loss_on_replies_only(
+        word_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    turn_format = TurnFormat(word_tokenizer)
+    record = _messages()
+    from treeroll.training.sft_data import parse_line
+
+    example = parse_line(json.dumps(record), turn_format, len(word_tokenizer))
+    messages = record["messages"]
+    assert isinstance(messages, list)
+    # The context a rollout builds: prompt, reply + eos, observation, reply + eos.
+    prompt, _ = turn_format.prompt(messages[0]["content"], messages[1]["content"])
+    first = turn_format.reply(messages[2]["content"])
+    observation, _ = turn_format.observation(messages[3]["content"], action_ended_turn=True)
+    second = turn_format.reply(messages[4]["content"])
+    assert list(example.ids) == prompt + first + observation + second
+    assert list(example.loss_mask) == ([0] * len(prompt) + [1] * len(first)
+                                       + [0] * len(observation) + [1] * len(second))
+    assert first[-1] == turn_format.eos_token_id
+
+
+def test_noisy_expert_replies_stay_in_the_context_but_out_of_the_loss(
+        word_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    turn_format = TurnFormat(word_tokenizer)
+    env = make_frozenlake("rllm", size_min=5, size_max=5)
+    rng = np.random.default_rng(0)
+    masked = kept = 0
+    for seed in range(20):
+        example = expert_episode(env, seed, turn_format, np.random.default_rng(seed), skill=0.3)
+        # replay the episode: every reply is either fully trained or fully masked, and it is
+        # masked exactly when it is not one of the planner's best moves
+        replay = make_frozenlake("rllm", size_min=5, size_max=5)
+        replay.reset(seed)
+        ids, mask = list(example.ids), list(example.loss_mask)
+        cursor = len(turn_format.prompt(replay.system_prompt, replay.reset(seed))[0])
+        while cursor < len(ids):
+            end = ids.index(turn_format.eos_token_id, cursor) + 1
+            reply = turn_format.decode_action(ids[cursor:end])
+            best = {f"```{name}```" for name in
+                    (("Left", "Down", "Right", "Up")[i]
+                     for i in replay.planner_actions(replay.position))}
+            optimal = reply.replace(" ", "") in best
+            assert set(mask[cursor:end]) == {int(optimal)}
+            masked += not optimal
+            kept += optimal
+            observation, _, terminated, truncated, _ = replay.step(reply)
+            cursor = end
+            if terminated or truncated:
+                break
+            cursor += len(turn_format.observation(observation, action_ended_turn=True)[0])
+        assert cursor == len(ids)
+    del rng
+    assert masked > 0 and kept > 0
+
+
+def test_sft_loss_counts_model_tokens_only(tiny_model, word_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    turn_format = TurnFormat(word_tokenizer)
+    example = expert_episode(make_frozenlake("rllm"), 7, turn_format, np.random.default_rng(0))
+    loss, count = sft_loss(tiny_model, [example])
+    assert count == sum(example.loss_mask[1:])
+    logits = tiny_model(input_ids=torch.tensor([example.ids])).logits[0, :-1]
+    log_probs = torch.log_softmax(logits.float(), -1)
+    positions = [t for t in range(1, len(example.ids)) if example.loss_mask[t]]
+    reference = -sum(log_probs[t - 1, example.ids[t]] for t in positions) / len(positions)
+    assert torch.allclose(loss, reference, atol=1e-5)
+
+
+def test_expert_data_draws_training_seeds_only(word_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    env_config, eval_config = EnvConfig(train_tasks=50), EvalConfig(tasks=64)
+    train, held_out = task_pools(env_config, eval_config)
+    assert not set(train.tolist()) & set(held_out.tolist())
+    seen: list[int] = []
+
+    class Recording:
+        def __init__(self) -> None:
+            self.env = make_frozenlake("rllm")
+            self.system_prompt = self.env.system_prompt
+
+        def reset(self, seed: int) -> str:
+            seen.append(seed)
+            return self.env.reset(seed)
+
+        def step(self, action: str):  # type: ignore[no-untyped-def]
+            return self.env.step(action)
+
+        def fork(self):  # type: ignore[no-untyped-def]
+            return self.env.fork()
+
+        def expert_reply(self, rng, skill=1.0):  # type: ignore[no-untyped-def]
+            return self.env.expert_reply(rng, skill)
+
+    batches = make_batches(SFTDataConfig(episodes_per_step=8), Recording,
+                           TurnFormat(word_tokenizer), len(word_tokenizer), train)
+    for _ in range(5):
+        batches(np.random.default_rng(len(seen)))
+    assert len(seen) == 40 and set(seen) <= set(train.tolist())
+
+
+def test_sft_run_resumes_exactly_and_writes_a_loadable_policy(tmp_path: Path) -> None:
+    straight = run_sft(_tiny_config(tmp_path, name="straight"))
+    assert straight["final_eval"]["tasks"] == 4
+    interrupted = _tiny_config(tmp_path, name="split")
+    interrupted.optim = SFTOptimConfig(**{**vars(interrupted.optim), "steps": 2})
+    run_sft(interrupted)
+    resumed = _tiny_config(tmp_path, name="split", resume=True)
+    run_sft(resumed)
+    runs = tmp_path / "runs"
+    a = torch.load(runs / "straight" / "checkpoints" / "last.pt", weights_only=False)
+    b = torch.load(runs / "split" / "checkpoints" / "last.pt", weights_only=False)
+    assert a["step"] == b["step"] == 4
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+    def losses(name: str) -> list[tuple[int, float]]:
+        lines = (runs / name / "metrics.jsonl").read_text().splitlines()
+        return [(r["step"], r["loss"]) for r in map(json.loads, lines) if "loss" in r]
+    assert losses("split") == losses("straight")
+    assert [s for s, _ in losses("straight")] == [1, 2, 3, 4]
+
+    from treeroll.policies import load_policy
+
+    policy = load_policy(str(runs / "straight" / "policy"))
+    assert policy.view == "plain"
+    reloaded = policy.model.state_dict()
+    assert all(torch.equal(reloaded[k], a["model"][k]) for k in reloaded)
+    card = (runs / "straight" / "policy" / "README.md").read_text()
+    assert "treeroll sft" in card and "held-out" in card.lower()
+
+
+def test_sft_resume_with_other_settings_is_refused(tmp_path: Path) -> None:
+    run_sft(_tiny_config(tmp_path, name="run"))
+    changed = _tiny_config(tmp_path, name="run", resume=True)
+    changed.data = SFTDataConfig(episodes_per_step=3, skill=0.2)
+    with pytest.raises(ValueError, match=r"data\.skill"):
+        run_sft(changed)
+    with pytest.raises(FileExistsError, match="--resume"):
+        run_sft(_tiny_config(tmp_path, name="run"))
+
+
+def test_bad_sft_settings_fail_before_the_run_folder_exists(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"data\.path"):
+        SFTDataConfig(source="jsonl")
+    with pytest.raises(ValueError, match=r"optim\.schedule"):
+        SFTOptimConfig(schedule="linear")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"messages": []}\n')
+    config = _tiny_config(tmp_path, name="bad",
+                          data=SFTDataConfig(source="jsonl", path=str(bad)))
+    with pytest.raises(BadDataLine, match=r"bad\.jsonl:1: 'messages' must be a non-empty"):
+        run_sft(config)
+    assert not (tmp_path / "runs" / "bad").exists()
