@@ -16,7 +16,15 @@ from treeroll.formatting import ByteTokenizer, TurnFormat
 from treeroll.rollout import RolloutConfig, rollout
 from treeroll.scorers import FrozenLakeProgress
 from treeroll.strategies import PATR, RandomTree, repeated_action
-from treeroll.tree import Node, NodeStatus, RolloutTree, leaves
+from treeroll.tree import (
+    Node,
+    NodeStatus,
+    RolloutTree,
+    export_trajectories,
+    leaf_rewards,
+    leaves,
+    path_to,
+)
 
 EOS = ByteTokenizer.eos_token_id
 
@@ -209,8 +217,13 @@ def test_pruned_kept_as_negatives() -> None:
     assert pruned and all(n.action_text == "bad" and n.is_leaf for n in pruned)
     group = leaves(tree)
     assert all(n in group for n in pruned)
-    # a pruned branch's reward is what it earned when stopped
-    assert all(n.reward == 0.0 for n in pruned)
+    # A pruned branch's reward is what it earned when stopped: its "bad" last turn earned 0,
+    # but one pruned at depth 2 had earned 1 on its "good" first turn, and keeps it.
+    earned = {n.id: sum(p.action_text == "good" for p in path_to(n)) for n in pruned}
+    assert max(earned.values()) >= 1
+    rewards = dict(zip([n.id for n in group], leaf_rewards(tree, group), strict=True))
+    exported = {t.node_path[-1]: t.reward for t in export_trajectories(tree)}
+    assert all(rewards[i] == exported[i] == earned[i] for i in earned)
     expanded = [n for n in tree.nodes if n.note.startswith("expanded")]
     assert expanded and all(n.action_text == "good" and len(n.children) == 2 for n in expanded)
     assert not any(n.status == NodeStatus.DROPPED for n in tree.nodes)

@@ -131,15 +131,19 @@ def test_chain_gives_independent_trajectories(byte_format) -> None:
 
 
 def test_tree_grpo_group_size_and_branching(byte_format) -> None:
-    strategy = TreeGRPO(m=2, n=2, l=2)
-    batch = rollout([21, 22], lambda: make_frozenlake("rllm", size_min=7, size_max=9),
-                    ScriptedBackend(MOVES, choose_by_seed=True), byte_format, strategy, seed=3)
-    for tree in batch.trees:
-        assert len(tree.root.children) == 2
-        group = leaves(tree)
-        # M(LN + 1) leaves when every round finds a node to branch from.
-        assert len(group) <= 2 * (2 * 2 + 1)
-        assert len(group) > 2 or all(leaf.depth == 1 for leaf in group)
+    """With no budget, and chains that run to the turn limit (so every round finds nodes to
+    branch from), the group is exactly G = M(LN + 1): each pick adds one leaf to its tree."""
+    for m, n, l in ((2, 2, 2), (3, 1, 2), (1, 3, 1), (2, 0, 3)):  # noqa: E741
+        batch = rollout([21, 22], _idle_env, ScriptedBackend(IDLE, choose_by_seed=True),
+                        byte_format, TreeGRPO(m=m, n=n, l=l), seed=3)
+        for tree in batch.trees:
+            assert len(tree.root.children) == m
+            assert len(leaves(tree)) == m * (l * n + 1)
+            assert sorted(map(len, _trees_of(tree).values())) == [l * n + 1] * m
+            assert all(leaf.status == NodeStatus.TRUNCATED for leaf in leaves(tree))
+            # every pick branched a node that already had a child, below the root
+            assert sum(len(node.children) - 1 for node in tree.nodes[1:] if node.children) == (
+                m * l * n)
 
 
 @pytest.mark.parametrize("max_leaves,max_tokens", [(3, None), (None, 40), (4, 60)])
@@ -167,15 +171,22 @@ def test_budget_cut_branches_are_marked(byte_format) -> None:
 
 
 def test_env_snapshots_make_branches_independent(byte_format) -> None:
-    """Children of one node continue from identical, independent environment states."""
-    batch = rollout([40], _env, ScriptedBackend(MOVES, choose_by_seed=True), byte_format,
+    """Every child of every branch point continued from its own copy of its parent's state:
+    replaying its path on a fresh environment gives exactly the turn, position and reward it
+    recorded (a sibling stepped on a shared state first would have moved it)."""
+    batch = rollout([40, 41], _env, ScriptedBackend(MOVES, choose_by_seed=True), byte_format,
                     TreeGRPO(m=1, n=3, l=2), seed=5)
-    tree = batch.trees[0]
-    for node in tree.nodes:
-        if len(node.children) > 1:
-            positions = {c.info.get("position") for c in node.children
-                         if c.action_text == node.children[0].action_text}
-            assert len(positions) == 1  # same action from the same state, same outcome
+    children = [child for tree in batch.trees for node in tree.nodes if len(node.children) > 1
+                for child in node.children]
+    assert len(children) >= 6
+    for child in children:
+        tree = next(t for t in batch.trees if child in t.nodes)
+        env = _env()
+        env.reset(tree.task_seed)
+        for turn in path_to(child)[1:]:
+            _, reward, terminated, _, info = env.step(turn.action_text)
+        assert (info["turn"], info["position"], reward, terminated) == (
+            child.info["turn"], child.info["position"], child.reward, child.terminated)
 
 
 def test_generation_is_batched_across_trees(byte_format) -> None:

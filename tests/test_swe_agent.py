@@ -18,17 +18,23 @@ def tasks():
     return builtin_tasks()
 
 
-def play(env, agent, seed: int, max_turns: int = 12):
+def play(env, agent, seed: int, max_turns: int = 12, agent_seed: int | None = None,
+         actions: list[str] | None = None):
+    """Play task ``seed`` (the agent samples with ``agent_seed``, default ``seed``); the
+    replies are appended to ``actions`` when given."""
     fmt = TurnFormat(ByteTokenizer())
     ids, _ = fmt.prompt(env.system_prompt, env.reset(seed))
+    sampling = seed if agent_seed is None else agent_seed
     for turn in range(max_turns):
-        completion = agent.generate([GenerationRequest(tuple(ids), seed=seed * 100 + turn)],
+        completion = agent.generate([GenerationRequest(tuple(ids), seed=sampling * 100 + turn)],
                                     PARAMS)[0]
         assert completion.prefill_tokens == len(ids) and completion.cached_tokens == 0
         assert len(completion.logprobs) == len(completion.token_ids)
         ids += completion.token_ids
-        obs, reward, terminated, truncated, info = env.step(fmt.decode_action(
-            completion.token_ids))
+        action = fmt.decode_action(completion.token_ids)
+        if actions is not None:
+            actions.append(action)
+        obs, reward, terminated, truncated, info = env.step(action)
         if terminated or truncated:
             return reward, info
         obs_ids, _ = fmt.observation(obs, completion.token_ids[-1] == fmt.eos_token_id)
@@ -72,11 +78,24 @@ def test_skilled_agent_solves_and_clumsy_agent_fails(tasks, convention):
 
 
 def test_default_agent_is_stochastic_across_seeds(tasks):
+    """On one task, different sampling seeds make the default agent act differently; the same
+    seed replays the same episode."""
     env = make_swe_env("mini", tasks, step_limit=6)
     agent = ScriptedSWEAgent(tasks)
+    episodes: dict[int, list[str]] = {}
     try:
-        outcomes = {play(env, agent, seed)[0] for seed in range(6)}
+        outcomes = {play(env, agent, 0, agent_seed=s, actions=episodes.setdefault(s, []))[0]
+                    for s in range(6)}
+        again: list[str] = []
+        play(env, agent, 0, agent_seed=3, actions=again)
     finally:
         env.close()
         env.sandbox.close()
     assert outcomes <= {0.0, 1.0}
+    assert again == episodes[3]
+    assert len({tuple(actions) for actions in episodes.values()}) > 1
+    # and not only in the first turn: episodes that start alike still part later
+    first = {}
+    for actions in episodes.values():
+        first.setdefault(actions[0], set()).add(tuple(actions))
+    assert any(len(variants) > 1 for variants in first.values())
