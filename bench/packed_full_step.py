@@ -99,7 +99,7 @@ def main() -> None:
         model, optimizer, _ = results["packed"]
         print(f"step {step}: {len(items)} leaves, rollout {seconds['rollout']:.1f}s, update "
               f"expanded {seconds['expanded']:.1f}s packed {seconds['packed']:.1f}s "
-              f"(cumulative), last-minibatch loss relative difference {difference:.1e}",
+              f"(cumulative), mean loss relative difference {difference:.1e}",
               flush=True)
         if difference > 1e-3:
             raise SystemExit(f"packed and expanded updates disagree (loss {losses})")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import random
+import zlib
 from typing import Any
 
 import numpy as np
@@ -132,7 +133,7 @@ def assert_same(items: list[TrainItem], config: LossConfig, dtype: torch.dtype,
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_packed_equals_expanded_on_tree_shapes(shape: str, dtype: torch.dtype) -> None:
-    rng = random.Random(hash(shape) % 1000)
+    rng = random.Random(zlib.crc32(shape.encode()) % 1000)  # stable across processes
     trees = [random_tree(rng, g, **SHAPES[shape]) for g in range(2)]
     metrics = assert_same(items_of(trees), LossConfig(clip_low=0.1, clip_high=0.1), dtype)
     assert metrics["clip_fraction"] > 0  # the clipped branch is exercised

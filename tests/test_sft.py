@@ -153,8 +153,8 @@ def test_expert_data_draws_training_seeds_only(word_tokenizer) -> None:  # type:
         def fork(self):  # type: ignore[no-untyped-def]
             return self.env.fork()
 
-        def expert_reply(self, rng, skill=1.0):  # type: ignore[no-untyped-def]
-            return self.env.expert_reply(rng, skill)
+        def expert_reply(self, rng, skill=1.0, *, explain=False):  # type: ignore[no-untyped-def]
+            return self.env.expert_reply(rng, skill, explain=explain)
 
     batches = make_batches(SFTDataConfig(episodes_per_step=8), Recording,
                            TurnFormat(word_tokenizer), len(word_tokenizer), train)

@@ -148,10 +148,14 @@ def _print_summary(summary: dict[str, Any], run_dir: Path) -> None:
 
 @dataclass
 class EvalCommand:
-    """Held-out success of a run's last checkpoint, with a 95% interval."""
+    """Held-out success of a run's last checkpoint or of a policy, with a 95% interval."""
 
-    run: str
+    run: str | None = None
     """Run folder (``runs/<name>``) holding config.yaml and checkpoints/last.pt."""
+    policy: str | None = None
+    """Without --run: a shipped policy's name or a policy folder (default: the default
+    training's starting policy, ``frozenlake-tiny``), on the default training's held-out
+    tasks (FrozenLake, rLLM convention)."""
     tasks: int = 256
     """Held-out tasks (never used in training)."""
     temperature: float = 0.0
@@ -161,10 +165,25 @@ class EvalCommand:
 def cmd_eval(args: list[str]) -> int:
     """``treeroll eval``: evaluate a run's checkpoint on held-out tasks."""
     command = _parse(EvalCommand, args, EvalCommand.__doc__ or "")
-    from treeroll.session import load_run_policy
+    if command.tasks < 1:
+        raise ValueError(f"--tasks must be >= 1, got {command.tasks}")
+    if command.temperature < 0:
+        raise ValueError(f"--temperature must be >= 0, got {command.temperature}")
+    from treeroll.session import load_run_policy, starting_policy
     from treeroll.training.evaluation import evaluate, task_pools
 
-    config, backend, turn_format, make_env = load_run_policy(Path(command.run))
+    if command.run is not None:
+        config, backend, turn_format, make_env = load_run_policy(Path(command.run))
+    else:
+        from treeroll.backends.hf import HFBackend
+        from treeroll.plugins import make_env_factory
+
+        config = TrainConfig()
+        if command.policy is not None:
+            config.policy = replace(config.policy, init=command.policy)
+        policy = starting_policy(config)
+        backend = HFBackend(policy.model, pad_token_id=policy.tokenizer.pad_token_id or 0)
+        turn_format, make_env = policy.turn_format(), make_env_factory(config.env)
     config.eval = replace(config.eval, tasks=command.tasks, temperature=command.temperature)
     _, held_out = task_pools(config.env, config.eval)
     with _progress() as progress:
@@ -182,8 +201,8 @@ class RolloutCommand:
     out: str = "tree.json"
     """Where to write the tree (JSON; render it with `treeroll show`)."""
     run: str | None = None
-    """Use this run folder's trained policy (default: the embedded policy after its format
-    warm start, or the scripted agent for env=swe)."""
+    """Use this run folder's trained policy (default: ``--train.policy.init``, the shipped
+    base ``frozenlake-tiny``; the scripted agent for env=swe)."""
     task: int = 0
     """Task seed."""
     env: str | None = None

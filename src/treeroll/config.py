@@ -157,7 +157,8 @@ class OptimConfig:
     ppo_epochs: int = 1
     """Passes over each step's leaves."""
     minibatches: int = 1
-    """Optimiser steps per epoch."""
+    """Optimiser steps per epoch: the step's task groups are split into this many
+    minibatches of whole groups (at most one per group)."""
     max_grad_norm: float = 1.0
     """Gradient clipping."""
     loss: LossConfig = field(default_factory=LossConfig)

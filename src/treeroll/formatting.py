@@ -89,7 +89,7 @@ class TurnFormat:
 
     def prompt(self, system_prompt: str, observation: str) -> tuple[list[int], str]:
         """Ids and text of the first context: system prompt and first observation."""
-        observation = self._view(observation)
+        observation = self._view(observation, True)
         if self.use_chat_template:
             messages = [{"role": "user", "content": observation}]
             if system_prompt:
@@ -103,7 +103,7 @@ class TurnFormat:
     def observation(self, observation: str, action_ended_turn: bool) -> tuple[list[int], str]:
         """Ids and text appended after an action: close the turn if the model did not, then the
         observation, then whatever opens the next model turn."""
-        observation = self._view(observation)
+        observation = self._view(observation, False)
         if self.use_chat_template:
             text = self._chat_delta(observation, action_ended_turn)
             return self._encode(text), text

@@ -14,7 +14,7 @@ from treeroll.backends.hf import HFBackend
 from treeroll.base import Env, GenerationBackend
 from treeroll.config import TrainConfig, load_config
 from treeroll.formatting import TurnFormat
-from treeroll.plugins import make_env_factory, make_strategy
+from treeroll.plugins import make_env_factory, make_strategy, scorer_name_for
 from treeroll.policies import Policy, build_policy
 from treeroll.rollout import rollout
 from treeroll.strategies import PATR
@@ -27,9 +27,9 @@ __all__ = ["apply_shortcuts", "build_one_tree", "describe_tree", "load_run_polic
 def apply_shortcuts(config: TrainConfig, *, env: str | None, strategy: str | None,
                     scorer: str | None) -> TrainConfig:
     """``--env/--strategy/--scorer`` of ``treeroll rollout``, with the defaults each implies:
-    PATR scores with ``frozenlake_progress`` (``swe`` on the SWE env); the SWE env's scripted
-    agent writes long commands (4096-token turns) and PATR scores every K = 13 turns there,
-    as in the paper."""
+    PATR scores with the environment's own scorer (``plugins.scorer_name_for``); the SWE
+    env's scripted agent writes long commands (4096-token turns) and PATR scores every
+    K = 13 turns there, as in the paper."""
     config = replace(config)
     if env is not None:
         config.env = replace(config.env, name=env)
@@ -38,8 +38,9 @@ def apply_shortcuts(config: TrainConfig, *, env: str | None, strategy: str | Non
     swe = config.env.name == "swe"
     if scorer is not None:
         config.scorer = replace(config.scorer, name=scorer)
-    elif config.strategy.name == "patr" and not config.scorer.name:
-        config.scorer = replace(config.scorer, name="swe" if swe else "frozenlake_progress")
+    else:
+        config.scorer = replace(config.scorer, name=scorer_name_for(
+            config.scorer.name, make_strategy(config.strategy), config.env.name))
     if swe and config.rollout.max_turn_tokens < 4096:
         config.rollout = replace(config.rollout, max_turn_tokens=4096)
     if swe and config.strategy.patr.k_turns == PATR.k_turns:

@@ -1,8 +1,9 @@
 """Observation views: how an environment's text is shown to a policy, before tokenisation.
 
-A view is a function ``text -> text`` applied by :class:`treeroll.formatting.TurnFormat` to
-every observation it encodes (the first one and every later one), in supervised fine-tuning,
-rollouts and evaluation alike, so SFT and RL contexts stay token-identical. The environment,
+A view is a function ``(text, first) -> text`` applied by
+:class:`treeroll.formatting.TurnFormat` to every observation it encodes (``first`` is True for
+the task's first observation, in the prompt), in supervised fine-tuning, rollouts and
+evaluation alike, so SFT and RL contexts stay token-identical. The environment,
 its rewards and its parsing are untouched: a view changes what the *policy* reads, and a
 policy folder records the view it was trained with (``treeroll.json``), so loading the policy
 brings its view along.
@@ -15,6 +16,14 @@ brings its view along.
   (Ivanitskiy et al., arXiv 2312.02566), where the flattened grid has to be counted out.
   Both conventions' grids are recognised: rLLM rows (cells joined by two spaces) and RAGEN
   rows (cells side by side).
+* ``cell_coordinates_compact`` -- ``cell_coordinates`` with every grid headed by one line that
+  names the player's cell and the goal's (``P@3,3 G@5,6``); after the first observation that
+  line replaces the grid, other lines kept. A FrozenLake map never changes during an
+  episode, only the player moves, so the history still holds everything the full grids
+  would show (a choice about how much of the history the policy reads: about a tenth of the
+  tokens per turn, and where the player and the goal are stands right before the reply; the
+  holes must still be read from the first grid). The shipped ``frozenlake-tiny`` reads this
+  view.
 """
 
 from __future__ import annotations
@@ -24,10 +33,12 @@ from collections.abc import Callable
 
 from treeroll.registry import Registry
 
-__all__ = ["CELL_WORD_PATTERN", "VIEWS", "ObservationView", "cell_coordinates", "plain"]
+__all__ = ["CELL_WORD_PATTERN", "VIEWS", "ObservationView", "cell_coordinates",
+           "cell_coordinates_compact", "plain"]
 
-ObservationView = Callable[[str], str]
-"""Maps an observation text to the text the policy reads."""
+ObservationView = Callable[[str, bool], str]
+"""Maps an observation text (and whether it is the task's first) to the text the policy
+reads."""
 
 _CELLS = "_POGX\u221a"
 _RLLM_ROW = re.compile(rf"^[{_CELLS}](?:  [{_CELLS}])+$")
@@ -37,12 +48,12 @@ CELL_WORD_PATTERN = rf"[{_CELLS}]@[0-9]+,[0-9]+"
 """The words :func:`cell_coordinates` writes (a word-level tokenizer keeps each one whole)."""
 
 
-def plain(text: str) -> str:
+def plain(text: str, first: bool = True) -> str:
     """The observation unchanged."""
     return text
 
 
-def cell_coordinates(text: str) -> str:
+def cell_coordinates(text: str, first: bool = True) -> str:
     """Every grid cell as ``<symbol>@<row>,<column>`` (0-based, rows counted from the top of
     each grid), cells of a row joined by one space; other lines unchanged.
 
@@ -66,6 +77,39 @@ def cell_coordinates(text: str) -> str:
     return "\n".join(out)
 
 
+def cell_coordinates_compact(text: str, first: bool = True) -> str:
+    """:func:`cell_coordinates`, with each grid headed by a line naming the player's cell and
+    the goal's (``P@3,3 G@5,6``); in every observation after the first, that line replaces
+    the grid."""
+    out: list[str] = []
+    grid: list[str] = []
+
+    def flush() -> None:
+        if not grid:
+            return
+        cells = [cell for line in grid for cell in line.split(" ")]
+        player = [c for c in cells if c[0] in _PLAYER][:1]
+        goal = [c for c in cells if c[0] == "G"][:1]
+        out.append(" ".join(player + goal))
+        if first:
+            out.extend(grid)
+        grid.clear()
+
+    for line in cell_coordinates(text).split("\n"):
+        cells = line.split(" ")
+        if cells and all(_CELL_WORD.fullmatch(cell) for cell in cells):
+            grid.append(line)
+            continue
+        flush()
+        out.append(line)
+    flush()
+    return "\n".join(out)
+
+
+_CELL_WORD = re.compile(CELL_WORD_PATTERN)
+_PLAYER = "PX\u221a"
+
 VIEWS: Registry[ObservationView] = Registry("observation view")
 VIEWS.register("plain", plain)
 VIEWS.register("cell_coordinates", cell_coordinates)
+VIEWS.register("cell_coordinates_compact", cell_coordinates_compact)

@@ -394,7 +394,8 @@ class FrozenLakeEnv:
         actions = [ACTION_NAMES[int(i)] for i in rng.integers(len(ACTION_NAMES), size=count)]
         return f"<think>Moving on.</think><answer>{' || '.join(actions)}</answer>"
 
-    def expert_reply(self, rng: np.random.Generator, skill: float = 1.0) -> ExpertReply:
+    def expert_reply(self, rng: np.random.Generator, skill: float = 1.0, *,
+                     explain: bool = False) -> ExpertReply:
         """The noisy shortest-path planner's reply (implements :class:`treeroll.base.ExpertEnv`):
         each action follows a shortest path to the goal with probability ``skill`` (ties
         broken at random) and is uniformly random otherwise.
@@ -403,6 +404,10 @@ class FrozenLakeEnv:
         moves where it is taken (a random action that happens to be optimal counts), so SFT
         can train on optimal actions only while the context visits the states the noise led
         to. Slippery maps plan as if the moves were deterministic.
+
+        ``explain`` (rLLM convention) puts one line before the action naming the player's
+        cell and the goal's in the ``symbol@row,column`` words of the ``cell_coordinates``
+        view (``P@2,3 G@4,5``), the brief reasoning rLLM's prompt asks for.
         """
         if not 0.0 <= skill <= 1.0:
             raise ValueError(f"expert_reply: skill must be in [0, 1], got {skill}")
@@ -419,7 +424,9 @@ class FrozenLakeEnv:
             actions.append(ACTION_NAMES[index])
             position = _neighbour(position, index, self.size)
         if self.config.convention == "rllm":
-            return ExpertReply(f"```{actions[0]}```", optimal)
+            reasoning = (f"P@{self.position[0]},{self.position[1]} "
+                         f"G@{self.goal[0]},{self.goal[1]}\n" if explain else "")
+            return ExpertReply(f"{reasoning}```{actions[0]}```", optimal)
         return ExpertReply(f"<think>Moving on.</think><answer>{' || '.join(actions)}</answer>",
                            optimal)
 

@@ -132,15 +132,15 @@ def build_policy(init: str | None, model_config: Any, view: str | None,
         if not texts:
             raise ValueError("the environment has no vocabulary_texts(); pass policy.init "
                              "with a policy folder of your own")
-        texts = [observe(text) for text in texts]
+        texts = [observe(text, True) for text in texts]
         extra = None
-        if view == "cell_coordinates":
+        if view.startswith("cell_coordinates"):
             texts += [_every_cell_word(32)]
             extra = CELL_WORD_PATTERN
         tokenizer = build_word_tokenizer(texts, extra_pattern=extra)
     model = build_model(len(tokenizer), model_config, pad_token_id=tokenizer.pad_token_id,
                         eos_token_id=tokenizer.eos_token_id)
-    if view == "cell_coordinates":
+    if view.startswith("cell_coordinates"):
         init_cell_embeddings(model, tokenizer, seed=model_config.seed)
     return Policy(model, tokenizer, view)
 

@@ -48,6 +48,9 @@ class SFTDataConfig:
     """``expert``: probability that each expert decision is the expert's own (else random)."""
     mask_noise: bool = True
     """``expert``: keep the noise's replies in the context but out of the loss."""
+    explain: bool = False
+    """``expert``: the expert states what it reads before each action (FrozenLake: its
+    cell and the goal's, ``P@2,3 G@4,5``); the policy learns to do the same."""
     episodes_per_step: int = 16
     """Examples per optimiser step."""
     max_tokens: int = 4096

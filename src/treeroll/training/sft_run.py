@@ -82,7 +82,8 @@ def make_batches(data: SFTDataConfig, make_env: Callable[[], Env], turn_format: 
     def from_expert(rng: np.random.Generator) -> list[SFTExample]:
         seeds = rng.choice(train_seeds, size=data.episodes_per_step)  # training pool only
         return [_cut(expert_episode(make_env(), int(seed), turn_format, rng, skill=data.skill,
-                                    mask_noise=data.mask_noise), data.max_tokens)
+                                    mask_noise=data.mask_noise, explain=data.explain),
+                     data.max_tokens)
                 for seed in seeds]
     return from_expert
 

@@ -445,13 +445,15 @@ class SWEEnv:
             info["stop_reason"] = "step_limit"
         return observation, 0.0, False, truncated, info
 
-    def expert_reply(self, rng: np.random.Generator, skill: float = 1.0) -> ExpertReply:
+    def expert_reply(self, rng: np.random.Generator, skill: float = 1.0, *,
+                     explain: bool = False) -> ExpertReply:
         """The scripted agent's next reply (implements :class:`treeroll.base.ExpertEnv`).
 
         The agent (:class:`treeroll.envs.swe.ScriptedSWEAgent`) reads this episode's
         transcript and acts by phase; ``skill`` sets its probabilities (``AgentSkill.at``):
         at 1 it localises, applies the reference fix, runs the tests and submits. A wrong
         edit or a flailing reply (a repeat or no action) is marked ``is_expert=False``.
+        The agent always opens with a ``THOUGHT:`` line, so ``explain`` changes nothing.
         """
         from treeroll.envs.swe.agent import AgentSkill, ScriptedSWEAgent
 
