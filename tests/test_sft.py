@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -52,18 +53,26 @@ def test_jsonl_bad_line_is_named_with_its_number_and_fatal_unless_skipped(
     lines = [json.dumps(_messages()), "{not json", json.dumps({"messages": [
         {"role": "assistant", "content": "hi"}]}), "",
         json.dumps({"input_ids": [5, 6, 7], "loss_mask": [0, 1, 1]}),
-        json.dumps({"input_ids": [5, 10**6], "loss_mask": [0, 1]})]
-    path.write_text("\n".join(lines) + "\n")
+        json.dumps({"input_ids": [5, 10**6], "loss_mask": [0, 1]}),
+        json.dumps([1, 2]), json.dumps({"messages": [{"role": "user", "content": 3}]}),
+        json.dumps({"messages": [{"role": "user", "content": "a"}, {
+            "role": "assistant", "content": "", "tool_calls": [{"name": "x"}]}]}),
+        json.dumps({"input_ids": [5, 6, 7], "labels": [-100, 6, 7]})]
+    path.write_bytes(("\n".join(lines) + "\n").encode() + b"\xff\xfe\n")
     turn_format = TurnFormat(word_tokenizer)
     with pytest.raises(BadDataLine, match=r"data\.jsonl:2: not valid JSON"):
         read_jsonl(path, turn_format, len(word_tokenizer))
     warnings: list[str] = []
     examples = read_jsonl(path, turn_format, len(word_tokenizer), on_bad_line="skip",
                           warn=warnings.append)
-    assert len(examples) == 2  # lines 1 and 5
-    assert [w.split(": ")[0].rsplit(":", 1)[1] for w in warnings] == ["2", "3", "6"]
+    assert len(examples) == 3  # lines 1, 5 and 10
+    assert [w.split(": ")[0].rsplit(":", 1)[1] for w in warnings] == [
+        "2", "3", "6", "7", "8", "9", "11"]
     assert "must be 'user'" in warnings[1] and "outside the vocabulary" in warnings[2]
+    assert "JSON object" in warnings[3] and "string 'content'" in warnings[4]
+    assert "tool_calls" in warnings[5] and "UTF-8" in warnings[6]
     assert examples[1].ids == (5, 6, 7) and examples[1].loss_mask == (0, 1, 1)
+    assert examples[2].loss_mask == (0, 1, 1)  # from labels
 
 
 def test_messages_become_the_rollout_context_with_loss_on_replies_only(
@@ -90,7 +99,6 @@ def test_noisy_expert_replies_stay_in_the_context_but_out_of_the_loss(
         word_tokenizer) -> None:  # type: ignore[no-untyped-def]
     turn_format = TurnFormat(word_tokenizer)
     env = make_frozenlake("rllm", size_min=5, size_max=5)
-    rng = np.random.default_rng(0)
     masked = kept = 0
     for seed in range(20):
         example = expert_episode(env, seed, turn_format, np.random.default_rng(seed), skill=0.3)
@@ -116,7 +124,6 @@ def test_noisy_expert_replies_stay_in_the_context_but_out_of_the_loss(
                 break
             cursor += len(turn_format.observation(observation, action_ended_turn=True)[0])
         assert cursor == len(ids)
-    del rng
     assert masked > 0 and kept > 0
 
 
@@ -124,7 +131,7 @@ def test_sft_loss_counts_model_tokens_only(tiny_model, word_tokenizer) -> None: 
     turn_format = TurnFormat(word_tokenizer)
     example = expert_episode(make_frozenlake("rllm"), 7, turn_format, np.random.default_rng(0))
     loss, count = sft_loss(tiny_model, [example])
-    assert count == sum(example.loss_mask[1:])
+    assert count == sum(example.loss_mask[1:]) == example.trained_tokens
     logits = tiny_model(input_ids=torch.tensor([example.ids])).logits[0, :-1]
     log_probs = torch.log_softmax(logits.float(), -1)
     positions = [t for t in range(1, len(example.ids)) if example.loss_mask[t]]
@@ -163,25 +170,44 @@ def test_expert_data_draws_training_seeds_only(word_tokenizer) -> None:  # type:
     assert len(seen) == 40 and set(seen) <= set(train.tolist())
 
 
-def test_sft_run_resumes_exactly_and_writes_a_loadable_policy(tmp_path: Path) -> None:
+def test_sft_run_resumes_exactly_after_an_interrupt_inside_a_step(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     straight = run_sft(_tiny_config(tmp_path, name="straight"))
     assert straight["final_eval"]["tasks"] == 4
-    interrupted = _tiny_config(tmp_path, name="split")
-    interrupted.optim = SFTOptimConfig(**{**vars(interrupted.optim), "steps": 2})
-    run_sft(interrupted)
-    resumed = _tiny_config(tmp_path, name="split", resume=True)
-    run_sft(resumed)
+    import treeroll.training.sft_run as sft_run
+
+    real = sft_run.make_batches
+
+    def interrupting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        draw = real(*args, **kwargs)
+        calls = [0]
+
+        def wrapped(rng):  # type: ignore[no-untyped-def]
+            calls[0] += 1
+            if calls[0] == 3:  # Ctrl-C while step 3 draws its data
+                raise KeyboardInterrupt
+            return draw(rng)
+        return wrapped
+
+    monkeypatch.setattr(sft_run, "make_batches", interrupting)
+    with pytest.raises(KeyboardInterrupt):
+        run_sft(_tiny_config(tmp_path, name="split"))
+    monkeypatch.setattr(sft_run, "make_batches", real)
     runs = tmp_path / "runs"
+    assert torch.load(runs / "split" / "checkpoints" / "last.pt",
+                      weights_only=False)["step"] == 2
+    run_sft(_tiny_config(tmp_path, name="split", resume=True))
     a = torch.load(runs / "straight" / "checkpoints" / "last.pt", weights_only=False)
     b = torch.load(runs / "split" / "checkpoints" / "last.pt", weights_only=False)
     assert a["step"] == b["step"] == 4
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
 
-    def losses(name: str) -> list[tuple[int, float]]:
+    def records(name: str) -> list[dict[str, object]]:
         lines = (runs / name / "metrics.jsonl").read_text().splitlines()
-        return [(r["step"], r["loss"]) for r in map(json.loads, lines) if "loss" in r]
-    assert losses("split") == losses("straight")
-    assert [s for s, _ in losses("straight")] == [1, 2, 3, 4]
+        return [{k: v for k, v in r.items() if k not in ("seconds",)}
+                for r in map(json.loads, lines)]
+    assert records("split") == records("straight")  # nothing lost, nothing twice
+    assert [r["step"] for r in records("straight") if "loss" in r] == [1, 2, 3, 4]
 
     from treeroll.policies import load_policy
 
@@ -191,6 +217,49 @@ def test_sft_run_resumes_exactly_and_writes_a_loadable_policy(tmp_path: Path) ->
     assert all(torch.equal(reloaded[k], a["model"][k]) for k in reloaded)
     card = (runs / "straight" / "policy" / "README.md").read_text()
     assert "treeroll sft" in card and "held-out" in card.lower()
+
+
+def test_lr_schedule_warms_up_to_the_peak_and_ends_at_the_floor() -> None:
+    from treeroll.training.sft import lr_factor
+
+    config = SFTOptimConfig(steps=10, warmup_steps=4, min_lr_ratio=0.1)
+    factors = [lr_factor(step, config) for step in range(10)]
+    assert factors[:5] == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
+    assert factors[-1] == pytest.approx(0.1) and all(
+        a >= b for a, b in itertools.pairwise(factors[4:]))
+    constant = SFTOptimConfig(steps=10, warmup_steps=0, schedule="constant")
+    assert {lr_factor(step, constant) for step in range(10)} == {1.0}
+
+
+def test_resume_may_extend_a_constant_schedule_but_not_a_cosine_one(tmp_path: Path) -> None:
+    cosine = _tiny_config(tmp_path, name="cosine")
+    cosine.optim = SFTOptimConfig(steps=2, warmup_steps=0)
+    run_sft(cosine)
+    longer = _tiny_config(tmp_path, name="cosine", resume=True)
+    longer.optim = SFTOptimConfig(steps=4, warmup_steps=0)
+    with pytest.raises(ValueError, match=r"optim\.steps"):
+        run_sft(longer)
+    constant = _tiny_config(tmp_path, name="constant")
+    constant.optim = SFTOptimConfig(steps=2, warmup_steps=0, schedule="constant")
+    run_sft(constant)
+    constant = _tiny_config(tmp_path, name="constant", resume=True)
+    constant.optim = SFTOptimConfig(steps=3, warmup_steps=0, schedule="constant")
+    assert run_sft(constant)["steps"] == 3
+
+
+def test_export_never_replaces_a_folder_that_is_not_a_policy(tmp_path: Path) -> None:
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not a policy folder"):
+        run_sft(_tiny_config(tmp_path, name="export", export=str(precious)))
+    assert (precious / "notes.txt").read_text() == "mine"
+    assert not (tmp_path / "runs" / "export").exists()
+    target = tmp_path / "exported"
+    config = _tiny_config(tmp_path, name="export2", export=str(target))
+    config.optim = SFTOptimConfig(steps=1, warmup_steps=0)
+    run_sft(config)
+    assert (target / "treeroll.json").is_file() and (target / "model.safetensors").is_file()
 
 
 def test_sft_resume_with_other_settings_is_refused(tmp_path: Path) -> None:
@@ -205,7 +274,9 @@ def test_sft_resume_with_other_settings_is_refused(tmp_path: Path) -> None:
 
 def test_bad_sft_settings_fail_before_the_run_folder_exists(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"data\.path"):
-        SFTDataConfig(source="jsonl")
+        SFTDataConfig(source="jsonl").check()  # after command-line overrides
+    with pytest.raises(ValueError, match=r"data\.source"):
+        run_sft(_tiny_config(tmp_path, name="bad", data=SFTDataConfig(path="x.jsonl")))
     with pytest.raises(ValueError, match=r"optim\.schedule"):
         SFTOptimConfig(schedule="linear")
     bad = tmp_path / "bad.jsonl"

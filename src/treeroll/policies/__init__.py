@@ -135,7 +135,10 @@ def build_policy(init: str | None, model_config: Any, view: str | None,
         texts = [observe(text, True) for text in texts]
         extra = None
         if view.startswith("cell_coordinates"):
-            texts += [_every_cell_word(32)]
+            # every cell word of the largest map this environment draws (FrozenLake's
+            # size_max; 9, rLLM's largest, for an environment that does not say)
+            config = getattr(env, "config", None)
+            texts += [_every_cell_word(int(getattr(config, "size_max", 9)))]
             extra = CELL_WORD_PATTERN
         tokenizer = build_word_tokenizer(texts, extra_pattern=extra)
     model = build_model(len(tokenizer), model_config, pad_token_id=tokenizer.pad_token_id,
@@ -152,28 +155,35 @@ def _every_cell_word(size: int) -> str:
 
 def init_cell_embeddings(model: Any, tokenizer: Any, seed: int = 0) -> None:
     """Give every cell word ``<symbol>@<row>,<column>`` the embedding ``e_symbol + e_row +
-    e_column`` (three random tables, the model's initialiser scale), so that from the first
-    step the symbol, the row and the column are linear features of one token; training then
-    moves each word freely."""
+    e_column``, so that from the first step the symbol, the row and the column are linear
+    features of one token. ``e_symbol`` is random; ``e_row`` and ``e_column`` start on a
+    number line (a random direction times the centred coordinate) plus a random part, so that
+    which of two cells lies further down or right is linear in their embeddings too (random
+    coordinate vectors would only tell coordinates apart, not order them). All at the
+    model's initialiser scale; training then moves each word freely."""
     embedding = model.get_input_embeddings().weight  # [vocab, hidden]
     scale = float(getattr(model.config, "initializer_range", 0.02))
     generator = torch.Generator().manual_seed(seed + 1)
-    words = [(token, index) for token, index in tokenizer.get_vocab().items() if "@" in token
-             and "," in token]
-    if not words:
-        return
     parsed = []
-    for token, index in words:
-        symbol, _, place = token.partition("@")
-        row, _, column = place.partition(",")
-        parsed.append((symbol, int(row), int(column), index))
+    for token, index in tokenizer.get_vocab().items():
+        symbol, at, place = token.partition("@")
+        row, comma, column = place.partition(",")
+        if at and comma and row.isdigit() and column.isdigit():
+            parsed.append((symbol, int(row), int(column), index))
+    if not parsed:
+        return
     symbols = sorted({p[0] for p in parsed})
     extent = max(max(p[1], p[2]) for p in parsed) + 1
     hidden = embedding.shape[1]
-    tables = {name: torch.randn(count, hidden, generator=generator) * scale
-              for name, count in (("symbol", len(symbols)), ("row", extent),
-                                  ("column", extent))}
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator) * scale
+
+    centred = (torch.arange(extent, dtype=torch.float32) - (extent - 1) / 2) / max(extent / 2, 1)
+    symbol_table = randn(len(symbols), hidden)
+    axes = {axis: centred[:, None] * randn(hidden)[None, :] * 2 + randn(extent, hidden) * 0.5
+            for axis in ("row", "column")}  # [extent, hidden] each
     with torch.no_grad():
         for symbol, row, column, index in parsed:
-            embedding[index] = (tables["symbol"][symbols.index(symbol)] + tables["row"][row]
-                                + tables["column"][column])
+            embedding[index] = (symbol_table[symbols.index(symbol)] + axes["row"][row]
+                                + axes["column"][column])

@@ -27,8 +27,11 @@ def save_checkpoint(path: Path, state: dict[str, Any], rng: np.random.Generator)
     """Write ``state`` plus every RNG (numpy's ``rng``, torch's) atomically to ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    torch.save({**state, "rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state()},
-               tmp)
+    with tmp.open("wb") as f:
+        torch.save({**state, "rng": rng.bit_generator.state,
+                    "torch_rng": torch.get_rng_state()}, f)
+        f.flush()
+        os.fsync(f.fileno())
     tmp.replace(path)
 
 
@@ -71,9 +74,39 @@ class RunFolder:
                              "the same settings or start a new run with --name")
 
     def start(self, config: dict[str, Any]) -> None:
-        """Create the folder and write the resolved ``config.yaml``."""
+        """Create the folder and write the resolved ``config.yaml``. A new run in a folder
+        left by an earlier one that never checkpointed first moves that run's
+        ``metrics.jsonl`` and ``summary.json`` aside (``*.old``, numbered), so nothing is
+        mixed or lost."""
         self.path.mkdir(parents=True, exist_ok=True)
+        if not self.resume:
+            for name in ("metrics.jsonl", "summary.json"):
+                old = self.path / name
+                if old.exists():
+                    number = 1
+                    while (self.path / f"{name}.old{number}").exists():
+                        number += 1
+                    old.replace(self.path / f"{name}.old{number}")
         (self.path / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+    def keep_records_until(self, step: int) -> None:
+        """On resume from a checkpoint at ``step``: drop the metrics records written after
+        it (a crash between a record and the next checkpoint would log those steps twice),
+        the final records of a finished run (``"final": true``, written again at its new
+        end) and a last line cut short by a crash."""
+        if not self.metrics.exists():
+            return
+        kept = []
+        for line in self.metrics.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if record.get("step", 0) <= step and not record.get("final"):
+                kept.append(line)
+        tmp = self.metrics.with_suffix(".tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        tmp.replace(self.metrics)
 
 
 def _diff(a: Any, b: Any, where: str) -> list[str]:

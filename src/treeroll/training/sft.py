@@ -26,9 +26,11 @@ import numpy as np
 import torch
 
 from treeroll.config import EnvConfig, EvalConfig, PolicyConfig
+from treeroll.rollout import RolloutConfig
 from treeroll.training.sft_data import SFTExample, batches_by_tokens
 
-__all__ = ["SFTConfig", "SFTDataConfig", "SFTOptimConfig", "sft_loss", "sft_steps"]
+__all__ = ["SFTConfig", "SFTDataConfig", "SFTOptimConfig", "SFTState", "copy_policy_folder",
+           "lr_factor", "sft_loss", "sft_steps"]
 
 
 @dataclass
@@ -56,11 +58,17 @@ class SFTDataConfig:
     max_tokens: int = 4096
     """Longest example kept (longer ones are cut at this many tokens)."""
 
+    def check(self) -> None:
+        """Cross-field checks, run once command-line overrides are applied."""
+        if self.source == "jsonl" and not self.path:
+            raise ValueError("data.source is 'jsonl': set data.path to the JSONL file")
+        if self.source == "expert" and self.path:
+            raise ValueError(f"data.path is set ({self.path}) but data.source is 'expert'; "
+                             "set data.source: jsonl to train on the file")
+
     def __post_init__(self) -> None:
         if self.source not in ("expert", "jsonl"):
             raise ValueError(f"data.source must be 'expert' or 'jsonl', got {self.source!r}")
-        if self.source == "jsonl" and not self.path:
-            raise ValueError("data.source is 'jsonl': set data.path to the JSONL file")
         if self.on_bad_line not in ("error", "skip"):
             raise ValueError(f"data.on_bad_line must be 'error' or 'skip', got "
                              f"{self.on_bad_line!r}")
@@ -107,6 +115,9 @@ class SFTOptimConfig:
                              f"{self.schedule!r}")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"optim.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if not self.max_grad_norm > 0 or self.weight_decay < 0:
+            raise ValueError(f"optim.max_grad_norm must be > 0 and optim.weight_decay >= 0, got "
+                             f"{self.max_grad_norm} and {self.weight_decay}")
         if self.micro_batch_tokens < 1:
             raise ValueError(f"optim.micro_batch_tokens must be >= 1, got "
                              f"{self.micro_batch_tokens}")
@@ -138,19 +149,25 @@ class SFTConfig:
     optim: SFTOptimConfig = field(default_factory=SFTOptimConfig)
     eval: EvalConfig = field(default_factory=lambda: EvalConfig(tasks=256, every=100,
                                                                 tasks_during=128))
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """How the held-out evaluations sample (their temperature is ``eval.temperature``); use
+    the RL run's settings so that the figures compare (FrozenLake: 12 tokens a turn)."""
 
     def __post_init__(self) -> None:
-        if self.checkpoint_every < 0 or self.log_every < 1:
-            raise ValueError("checkpoint_every must be >= 0 and log_every >= 1")
+        if self.checkpoint_every < 0 or self.log_every < 1 or self.threads < 0:
+            raise ValueError(f"checkpoint_every must be >= 0, log_every >= 1 and threads >= 0, "
+                             f"got {self.checkpoint_every}, {self.log_every} and {self.threads}")
 
 
 def lr_factor(step: int, config: SFTOptimConfig) -> float:
-    """Multiplier of ``config.lr`` for optimiser step ``step`` (0-based)."""
+    """Multiplier of ``config.lr`` for optimiser step ``step`` (0-based): linear warm-up over
+    steps ``0 .. warmup_steps - 1`` ending just below the peak, the peak at ``warmup_steps``,
+    then constant or cosine reaching ``min_lr_ratio`` exactly at the last step."""
     if step < config.warmup_steps:
-        return (step + 1) / config.warmup_steps
+        return (step + 1) / (config.warmup_steps + 1)
     if config.schedule == "constant":
         return 1.0
-    span = max(config.steps - config.warmup_steps, 1)
+    span = max(config.steps - 1 - config.warmup_steps, 1)
     progress = min((step - config.warmup_steps) / span, 1.0)
     return config.min_lr_ratio + (1 - config.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi
                                                                                  * progress))
@@ -178,10 +195,18 @@ def sft_loss(model: Any, examples: list[SFTExample], pad_token_id: int = 0,
 
 @dataclass
 class SFTState:
-    """What :func:`sft_steps` needs to continue exactly: the step reached and the RNG."""
+    """What :func:`sft_steps` needs to continue exactly: the steps done and the data seed.
+
+    Step ``k`` draws its examples from ``numpy.random.default_rng([seed, k])``, so a run
+    stopped anywhere (even inside a step) and resumed at ``step`` draws the same data as an
+    uninterrupted one."""
 
     step: int
-    rng: np.random.Generator
+    seed: int
+
+    def rng(self, step: int) -> np.random.Generator:
+        """The generator step ``step`` draws its examples from."""
+        return np.random.default_rng([self.seed, step])
 
 
 def sft_steps(model: Any, optimizer: Any, batches: Callable[[np.random.Generator],
@@ -189,16 +214,16 @@ def sft_steps(model: Any, optimizer: Any, batches: Callable[[np.random.Generator
               config: SFTOptimConfig, state: SFTState, *, pad_token_id: int = 0,
               until: int | None = None) -> Iterator[dict[str, float]]:
     """Optimiser steps from ``state.step`` up to ``until`` (default ``config.steps``), one
-    record per step (``step``, ``loss``, ``lr``, ``trained_tokens``, ``grad_norm``,
-    ``seconds``). ``batches(rng)`` draws one step's examples; ``state`` is advanced in place
-    after each step, so a checkpoint taken between two records resumes exactly."""
-    scheduler_base = [group.get("initial_lr", config.lr) for group in optimizer.param_groups]
-    model.train()
+    record per step (``step``, ``loss``, ``lr``, ``trained_tokens``, ``examples``,
+    ``grad_norm``, ``seconds``). ``batches(rng)`` draws one step's examples; ``state.step``
+    counts the steps whose update was applied, so a checkpoint taken at any time resumes
+    exactly."""
     for step in range(state.step, config.steps if until is None else until):
+        model.train()
         tick = time.perf_counter()
-        examples = batches(state.rng)
-        for group, base in zip(optimizer.param_groups, scheduler_base, strict=True):
-            group["lr"] = base * lr_factor(step, config)
+        examples = batches(state.rng(step))
+        for group in optimizer.param_groups:
+            group["lr"] = config.lr * lr_factor(step, config)
         count = sum(e.trained_tokens for e in examples)  # the step's mean is over all of them
         optimizer.zero_grad()
         total = 0.0
@@ -210,14 +235,20 @@ def sft_steps(model: Any, optimizer: Any, batches: Callable[[np.random.Generator
                                                          config.max_grad_norm))
         optimizer.step()
         state.step = step + 1
-        yield {"step": step + 1, "loss": total, "lr": optimizer.param_groups[0]["lr"],
-               "trained_tokens": count, "grad_norm": grad_norm,
-               "seconds": time.perf_counter() - tick}
-    model.eval()
+        record = {"step": step + 1, "loss": total, "lr": optimizer.param_groups[0]["lr"],
+                  "trained_tokens": count, "examples": len(examples), "grad_norm": grad_norm,
+                  "seconds": time.perf_counter() - tick}
+        model.eval()  # the caller may evaluate between two steps
+        yield record
 
 
 def copy_policy_folder(source: Path, target: Path) -> None:
-    """Replace ``target`` with a copy of the policy folder ``source``."""
+    """Replace ``target`` with a copy of the policy folder ``source`` (copied beside it
+    first, then swapped in, so a failed copy leaves the old folder)."""
+    staging = target.with_name(target.name + ".tmp")
+    if staging.exists():
+        shutil.rmtree(staging)
+    shutil.copytree(source, staging)
     if target.exists():
         shutil.rmtree(target)
-    shutil.copytree(source, target)
+    staging.replace(target)

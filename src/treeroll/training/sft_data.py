@@ -49,8 +49,8 @@ class SFTExample:
 
     @property
     def trained_tokens(self) -> int:
-        """Tokens the loss covers."""
-        return sum(self.loss_mask)
+        """Tokens the loss covers (the first token is never predicted)."""
+        return sum(self.loss_mask[1:])
 
 
 class BadDataLine(ValueError):
@@ -76,7 +76,8 @@ def expert_episode(env: Env, seed: int, turn_format: TurnFormat, rng: np.random.
         reply_ids = turn_format.reply(reply.text)
         ids += reply_ids
         mask += [int(reply.is_expert or not mask_noise)] * len(reply_ids)
-        observation, _, terminated, truncated, _ = env.step(reply.text)
+        # the environment reads what a rollout would hand it: the decoded ids
+        observation, _, terminated, truncated, _ = env.step(turn_format.decode_action(reply_ids))
         if terminated or truncated:
             break
         observation_ids, _ = turn_format.observation(observation, action_ended_turn=True)
@@ -93,10 +94,13 @@ def _messages_example(messages: Any, turn_format: TurnFormat) -> SFTExample:
                 or message.get("role") not in ("system", "user", "assistant", "tool"):
             raise ValueError(f"messages[{i}] must be an object with a 'role' (system, user, "
                              f"assistant or tool) and a string 'content', got {message!r:.80}")
+        if message.get("tool_calls"):
+            raise ValueError(f"messages[{i}] has 'tool_calls': treeroll trains on text replies "
+                             "(write the call into the content, as the environment parses it)")
     system = ""
     if messages[0]["role"] == "system":
         system, messages = messages[0]["content"], messages[1:]
-    if not messages or messages[0]["role"] not in ("user", "tool"):
+    if not messages or messages[0]["role"] != "user":
         raise ValueError("the first message after an optional system message must be 'user' "
                          "(the first observation)")
     ids, _ = turn_format.prompt(system, messages[0]["content"])
@@ -143,8 +147,8 @@ def _ids_example(record: dict[str, Any], vocab_size: int) -> SFTExample:
     bad = [t for t in ids if not 0 <= t < vocab_size]
     if bad:
         raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, {vocab_size})")
-    if not any(mask):
-        raise ValueError("the loss mask is all 0: nothing to train on")
+    if not any(mask[1:]):
+        raise ValueError("the loss mask has no 1 after the first token: nothing to train on")
     return SFTExample(tuple(ids), tuple(mask))
 
 
@@ -181,11 +185,15 @@ def read_jsonl(path: str | Path, turn_format: TurnFormat, vocab_size: int, *,
     report = warn or (lambda text: warnings.warn(text, stacklevel=3))
     examples: list[SFTExample] = []
     skipped: list[int] = []
-    with path.open(encoding="utf-8", errors="replace") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, start=1):
+            if not raw.strip():
                 continue
             try:
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    raise ValueError(f"not valid UTF-8 (byte {err.start})") from None
                 examples.append(parse_line(line, turn_format, vocab_size))
             except ValueError as err:
                 message = f"{path}:{number}: {err}"

@@ -7,6 +7,7 @@ the run folder's layout.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Callable
@@ -23,7 +24,6 @@ from treeroll.config import PolicyConfig, config_to_dict
 from treeroll.formatting import TurnFormat
 from treeroll.plugins import make_env_factory
 from treeroll.policies import Policy, build_policy, save_policy
-from treeroll.rollout import RolloutConfig
 from treeroll.training.evaluation import Reporter, Silent, evaluate, task_pools
 from treeroll.training.runfolder import (
     RunFolder,
@@ -47,10 +47,6 @@ _RESUMABLE_CHANGES = ("optim.steps", "eval", "checkpoint_every", "log_every", "e
                       "threads")
 """Settings a resumed run may change (the rest must match the run's config.yaml)."""
 
-EVAL_ROLLOUT = RolloutConfig(max_turn_tokens=24, temperature=0.0)
-"""How SFT evaluates: greedy, up to 24 tokens a turn."""
-
-
 def _cut(example: SFTExample, max_tokens: int) -> SFTExample:
     if len(example.ids) <= max_tokens:
         return example
@@ -59,10 +55,12 @@ def _cut(example: SFTExample, max_tokens: int) -> SFTExample:
 
 def make_batches(data: SFTDataConfig, make_env: Callable[[], Env], turn_format: TurnFormat,
                  vocab_size: int, train_seeds: np.ndarray,
-                 warn: Callable[[str], None] | None = None
+                 warn: Callable[[str], None] | None = None,
+                 no_expert_hint: str = "use data.source: jsonl with data.path"
                  ) -> Callable[[np.random.Generator], list[SFTExample]]:
     """The function that draws one step's examples. A JSONL file is read and checked here,
-    in full, before any training; an expert source checks that the environment has one."""
+    in full, before any training (each step then draws ``episodes_per_step`` distinct lines
+    at random); an expert source checks that the environment has one."""
     if data.source == "jsonl":
         assert data.path is not None  # SFTDataConfig checks it
         examples = [_cut(e, data.max_tokens) for e in read_jsonl(
@@ -75,9 +73,8 @@ def make_batches(data: SFTDataConfig, make_env: Callable[[], Env], turn_format: 
         return from_file
     probe = make_env()
     if not isinstance(probe, ExpertEnv):
-        raise ValueError(f"data.source is 'expert' but the environment "
-                         f"{type(probe).__name__} has no expert (treeroll.base.ExpertEnv); "
-                         "use data.source: jsonl with data.path")
+        raise ValueError(f"the environment {type(probe).__name__} has no expert (it does not "
+                         "implement treeroll.base.ExpertEnv); " + no_expert_hint)
 
     def from_expert(rng: np.random.Generator) -> list[SFTExample]:
         seeds = rng.choice(train_seeds, size=data.episodes_per_step)  # training pool only
@@ -100,11 +97,13 @@ def format_warm_start(policy: Policy, make_env: Callable[[], Env], train_seeds: 
     optim = SFTOptimConfig(steps=config.warm_start_steps, lr=config.warm_start_lr,
                            warmup_steps=0, schedule="constant")
     batches = make_batches(data, make_env, policy.turn_format(), len(policy.tokenizer),
-                           train_seeds)
-    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=optim.lr)
+                           train_seeds, no_expert_hint="set policy.warm_start_steps: 0, or "
+                           "start from a policy folder with policy.init")
+    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=optim.lr, weight_decay=0.0)
     reporter.phase("format warm start", optim.steps)
     loss = float("nan")
-    for record in sft_steps(policy.model, optimizer, batches, optim, SFTState(0, rng),
+    state = SFTState(0, int(rng.integers(2**31)))
+    for record in sft_steps(policy.model, optimizer, batches, optim, state,
                             pad_token_id=policy.tokenizer.pad_token_id or 0):
         loss = record["loss"]
         reporter.advance(int(record["step"]), {"loss": loss})
@@ -123,40 +122,57 @@ def _git_commit() -> str:
         return "unknown"
 
 
+def _check_export(export: str | None, run_policy: Path) -> None:
+    """Refuse, before any work, an export target that would overwrite something that is not
+    a policy folder, or the run's own policy folder."""
+    if not export:
+        return
+    target = Path(export).resolve()
+    if target == run_policy.resolve() or run_policy.resolve().is_relative_to(target):
+        raise ValueError(f"export {export!r} is the run's own policy folder or contains it; "
+                         "choose another folder")
+    if target.exists() and not (target / "treeroll.json").is_file():
+        raise ValueError(f"export {export!r} exists and is not a policy folder (no "
+                         "treeroll.json): it would be replaced; choose an empty or new folder")
+
+
 def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     """Run (or resume) ``treeroll sft``; returns the summary also written to
     ``summary.json``."""
     reporter = reporter or Silent()
+    config.data.check()
     if config.threads:
         torch.set_num_threads(config.threads)
     folder = RunFolder(config.runs_dir, config.name, config.resume)
     resolved = config_to_dict(config)
-    folder.check_config(resolved, _RESUMABLE_CHANGES)
+    folder.check_config(resolved, _resumable_changes(config))
+    _check_export(config.export, folder.path / "policy")
     make_env = make_env_factory(config.env)
     train_seeds, held_out = task_pools(config.env, config.eval)
     torch.manual_seed(config.seed)
     policy = build_policy(config.policy.init, config.policy.model, config.policy.view,
-                          make_env, folder.path / "tokenizer")
+                          make_env, folder.path / "tokenizer" if config.resume else None)
     turn_format = policy.turn_format()
+    skipped: list[str] = []
     batches = make_batches(config.data, make_env, turn_format, len(policy.tokenizer),
-                           train_seeds, warn=lambda text: reporter.phase(text))
+                           train_seeds, warn=skipped.append)
     folder.start(resolved)
-    if not config.policy.init:
+    if not config.policy.init and not config.resume:
         policy.tokenizer.save_pretrained(folder.path / "tokenizer")
     model = policy.model
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.optim.lr,
                                   weight_decay=config.optim.weight_decay)
     rng = np.random.default_rng(config.seed)
-    state = SFTState(0, rng)
+    state = SFTState(0, config.seed)
     backend = HFBackend(model, pad_token_id=policy.tokenizer.pad_token_id or 0)
-    summary: dict[str, Any] = {}
+    summary: dict[str, Any] = {"skipped_lines": skipped} if skipped else {}
 
     def held_out_eval(tasks: int) -> dict[str, float]:
         tick = time.perf_counter()
+        model.eval()
         result = evaluate(backend, turn_format, make_env, held_out[:tasks],
-                          replace(config.eval, tasks=tasks), EVAL_ROLLOUT).as_dict()
+                          replace(config.eval, tasks=tasks), config.rollout).as_dict()
         summary["eval_seconds"] = summary.get("eval_seconds", 0.0) + time.perf_counter() - tick
-        model.train()
         return result
 
     if config.resume:
@@ -164,7 +180,7 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         state.step, summary = int(saved["step"]), dict(saved["summary"])
-        _keep_records_until(folder.metrics, state.step)
+        folder.keep_records_until(state.step)
     elif config.eval.tasks:
         reporter.phase(f"evaluating the starting policy on {config.eval.tasks} held-out tasks")
         summary["start_eval"] = held_out_eval(config.eval.tasks)
@@ -175,25 +191,9 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
                                             "optimizer": optimizer.state_dict(),
                                             "step": state.step, "summary": summary}, rng)
 
-    reporter.phase(f"sft on {config.data.source} data", config.optim.steps)
-    reporter.advance(state.step, {})
     try:
-        for record in sft_steps(model, optimizer, batches, config.optim, state,
-                                pad_token_id=policy.tokenizer.pad_token_id or 0):
-            step = int(record["step"])
-            summary["train_seconds"] = summary.get("train_seconds", 0.0) + record["seconds"]
-            summary["trained_tokens"] = summary.get("trained_tokens", 0) + record["trained_tokens"]
-            summary["examples"] = summary.get("examples", 0) + config.data.episodes_per_step
-            if step % config.log_every == 0 or step == config.optim.steps:
-                append_jsonl(folder.metrics, record)
-            if config.eval.every and step % config.eval.every == 0 and step < config.optim.steps:
-                reporter.phase(f"evaluating step {step} on {config.eval.tasks_during} tasks")
-                append_jsonl(folder.metrics, {"step": step,
-                                              "eval": held_out_eval(config.eval.tasks_during)})
-                reporter.phase(f"sft on {config.data.source} data", config.optim.steps)
-            if config.checkpoint_every and step % config.checkpoint_every == 0:
-                checkpoint()
-            reporter.advance(step, {"loss": record["loss"]})
+        _loop(config, folder, model, optimizer, batches, state, summary, held_out_eval,
+              checkpoint, policy.tokenizer.pad_token_id or 0, reporter)
     except KeyboardInterrupt:
         checkpoint()  # state.step counts only the steps whose update was applied
         raise
@@ -201,30 +201,48 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
     return _finish(config, folder, policy, summary, held_out_eval, reporter)
 
 
-def _keep_records_until(metrics: Path, step: int) -> None:
-    """Drop metrics records written after the checkpoint a run resumes from (a crash
-    between a record and the next checkpoint would otherwise log those steps twice)."""
-    import json
+def _resumable_changes(config: SFTConfig) -> tuple[str, ...]:
+    """Settings a resumed run may change: the step count only under a constant schedule (a
+    cosine schedule's every learning rate depends on it)."""
+    steps = ("optim.steps",) if config.optim.schedule == "constant" else ()
+    return (*steps, "eval", "checkpoint_every", "log_every", "export", "threads", "runs_dir")
 
-    if not metrics.exists():
-        return
-    lines = [line for line in metrics.read_text().splitlines()
-             if line.strip() and json.loads(line).get("step", 0) <= step]
-    tmp = metrics.with_suffix(".tmp")
-    tmp.write_text("".join(line + "\n" for line in lines))
-    tmp.replace(metrics)
+
+def _loop(config: SFTConfig, folder: RunFolder, model: Any, optimizer: Any,
+          batches: Callable[[np.random.Generator], list[SFTExample]], state: SFTState,
+          summary: dict[str, Any], held_out_eval: Callable[[int], dict[str, float]],
+          checkpoint: Callable[[], None], pad_token_id: int, reporter: Reporter) -> None:
+    """The steps of a run: log, evaluate and checkpoint on their schedules."""
+    phase = f"sft on {config.data.source} data"
+    reporter.phase(phase, config.optim.steps)
+    reporter.advance(state.step, {})
+    for record in sft_steps(model, optimizer, batches, config.optim, state,
+                            pad_token_id=pad_token_id):
+        step = int(record["step"])
+        for key in ("seconds", "trained_tokens", "examples"):
+            total = "train_seconds" if key == "seconds" else key
+            summary[total] = summary.get(total, 0) + record[key]
+        if step % config.log_every == 0 or step == config.optim.steps:
+            append_jsonl(folder.metrics, record)
+        if config.eval.every and step % config.eval.every == 0 and step < config.optim.steps:
+            reporter.phase(f"evaluating step {step} on {config.eval.tasks_during} tasks")
+            append_jsonl(folder.metrics, {"step": step,
+                                          "eval": held_out_eval(config.eval.tasks_during)})
+            reporter.phase(phase, config.optim.steps)
+        if config.checkpoint_every and step % config.checkpoint_every == 0:
+            checkpoint()
+        reporter.advance(step, {"loss": record["loss"]})
 
 
 def _finish(config: SFTConfig, folder: RunFolder, policy: Policy, summary: dict[str, Any],
             held_out_eval: Callable[[int], dict[str, float]], reporter: Reporter
             ) -> dict[str, Any]:
-    import json
-
     if config.eval.tasks:
         reporter.phase(f"evaluating the fine-tuned policy on {config.eval.tasks} held-out "
                        "tasks")
         summary["final_eval"] = held_out_eval(config.eval.tasks)
-        append_jsonl(folder.metrics, {"step": config.optim.steps, "eval": summary["final_eval"]})
+        append_jsonl(folder.metrics, {"step": config.optim.steps, "final": True,
+                                      "eval": summary["final_eval"]})
     policy.model.eval()
     summary.update(steps=config.optim.steps, params=policy.parameters, commit=_git_commit())
     meta = {"made_by": {"command": "treeroll sft", "config": config_to_dict(config),

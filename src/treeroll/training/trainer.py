@@ -67,9 +67,9 @@ def train(config: TrainConfig, reporter: Reporter | None = None) -> dict[str, An
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     policy = build_policy(config.policy.init, config.policy.model, config.policy.view,
-                          make_env, run_dir / "policy")
+                          make_env, run_dir / "policy" if config.resume else None)
     folder.start(resolved)
-    if not config.policy.init:
+    if not config.policy.init and not config.resume:
         policy.tokenizer.save_pretrained(run_dir / "policy")
     model, tokenizer, turn_format = policy.model, policy.tokenizer, policy.turn_format()
     backend = HFBackend(model, pad_token_id=tokenizer.pad_token_id or 0)
@@ -85,6 +85,7 @@ def train(config: TrainConfig, reporter: Reporter | None = None) -> dict[str, An
         start_step = int(state["step"])
         summary = dict(state.get("summary", {}))
         cumulative.update(summary.get("cumulative", {}))
+        folder.keep_records_until(start_step)
     else:
         if config.policy.warm_start_steps and not config.policy.init:
             summary["warm_start_loss"] = format_warm_start(policy, make_env, train_seeds,
@@ -155,7 +156,7 @@ def train(config: TrainConfig, reporter: Reporter | None = None) -> dict[str, An
                                      config.eval, config.rollout).as_dict()
     summary["steps"] = config.optim.steps
     summary["generated_tokens"] = cumulative["generated"]
-    append_jsonl(run_dir / "metrics.jsonl", {"step": config.optim.steps,
+    append_jsonl(run_dir / "metrics.jsonl", {"step": config.optim.steps, "final": True,
                                               "eval": summary["final_eval"]})
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     _write_plots(run_dir)
