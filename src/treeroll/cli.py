@@ -163,10 +163,14 @@ class EvalCommand:
 
 
 def cmd_eval(args: list[str]) -> int:
-    """``treeroll eval``: evaluate a run's checkpoint on held-out tasks."""
+    """``treeroll eval``: evaluate a run's checkpoint (``--run``) or a policy (``--policy``)
+    on held-out tasks."""
     command = _parse(EvalCommand, args, EvalCommand.__doc__ or "")
     if command.tasks < 1:
         raise ValueError(f"--tasks must be >= 1, got {command.tasks}")
+    if command.run is not None and command.policy is not None:
+        raise ValueError("pass --run (a training run's checkpoint) or --policy (a policy "
+                         "folder or shipped name), not both")
     if command.temperature < 0:
         raise ValueError(f"--temperature must be >= 0, got {command.temperature}")
     from treeroll.session import load_run_policy, starting_policy
@@ -278,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
               "\n\n"
               "  train    train a policy on tree rollouts (default: FrozenLake, rLLM convention)\n"
               "  sft      supervised fine-tuning on an expert's episodes or a JSONL file\n"
-              "  eval     held-out success of a run, with a 95% interval\n"
+              "  eval     held-out success of a run or a policy, with a 95% interval\n"
               "  rollout  build one tree, print it and save it as JSON\n"
               "  show     render a saved tree as PNG and HTML\n"
               "  compare  strategies under one token budget, over seeds, in a report\n\n"

@@ -79,6 +79,11 @@ def resolve_policy(spec: str) -> Path:
         raise FileNotFoundError(f"policy.init {spec!r} is neither a shipped policy "
                                 f"({', '.join(SHIPPED)}) nor a folder: pass a folder written "
                                 "by save_pretrained or treeroll sft (nothing is downloaded)")
+    if not (folder / "config.json").is_file():
+        hint = (f"; did you mean {folder / 'policy'}?"
+                if (folder / "policy" / "config.json").is_file() else "")
+        raise FileNotFoundError(f"policy.init {spec!r} is a folder without a model "
+                                f"(config.json){hint}")
     return folder
 
 

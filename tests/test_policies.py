@@ -1,0 +1,64 @@
+"""The shipped base policy: loaded by name and by path, with its view, and it plays."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from treeroll.backends.hf import HFBackend
+from treeroll.envs import make_frozenlake
+from treeroll.policies import load_policy, resolve_policy, shipped_policies
+from treeroll.rollout import RolloutConfig, rollout
+from treeroll.strategies import Chain
+from treeroll.tree import leaves, path_to
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_shipped_base_loads_by_name_and_by_path_with_its_view() -> None:
+    assert "frozenlake-tiny" in shipped_policies()
+    by_name = load_policy("frozenlake-tiny")
+    folder = resolve_policy("frozenlake-tiny")
+    by_path = load_policy(str(folder))
+    assert by_name.view == by_path.view == "cell_coordinates_compact"
+    assert by_name.parameters == by_path.parameters < 5_000_000
+    a, b = by_name.model.state_dict(), by_path.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    size = sum(f.stat().st_size for f in folder.iterdir())
+    assert size < 20 * 2**20
+    meta = json.loads((folder / "treeroll.json").read_text())
+    assert meta["made_by"]["command"] == "treeroll sft"
+    assert (folder / "README.md").read_text().count("held-out") >= 1
+
+
+def test_shipped_base_replies_are_well_formed_and_it_solves_some_maps() -> None:
+    policy = load_policy("frozenlake-tiny")
+    make_env = lambda: make_frozenlake("rllm")
+    batch = rollout(list(range(500_000, 500_016)), make_env, HFBackend(policy.model),
+                    policy.turn_format(), Chain(group_size=1),
+                    config=RolloutConfig(max_turn_tokens=12, temperature=0.0))
+    final = [leaves(tree)[0] for tree in batch.trees]
+    turns = [node for leaf in final for node in path_to(leaf)[1:]]
+    assert all(not node.info.get("format_error") for node in turns)
+    assert sum(bool(leaf.info.get("success")) for leaf in final) >= 6  # random: about 3
+
+
+def test_unknown_policy_and_folder_without_model_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="frozenlake-tiny"):
+        resolve_policy("no-such-policy")
+    (tmp_path / "policy").mkdir()
+    with pytest.raises(FileNotFoundError, match="without a model"):
+        resolve_policy(str(tmp_path))
+
+
+def test_eval_command_on_the_shipped_base_starts_without_a_run() -> None:
+    result = subprocess.run([sys.executable, "-m", "treeroll.cli", "eval", "--policy",
+                             "frozenlake-tiny", "--tasks", "8"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300, check=True)
+    record = json.loads(result.stdout.strip().splitlines()[-1])
+    assert record["tasks"] == 8 and record["format_ok"] > 0.9
