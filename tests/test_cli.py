@@ -157,3 +157,27 @@ def test_format_warm_start_teaches_well_formed_replies_and_needs_an_expert() -> 
 
     with pytest.raises(ValueError, match="has no expert"):
         format_warm_start(policy, NoExpert, np.arange(50), config, np.random.default_rng(0))
+
+
+def test_sft_command_writes_metrics_and_a_loadable_policy(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    args = ["sft", "--runs-dir", str(runs), "--name", "s", "--policy.init", "None",
+            "--policy.model.hidden-size", "32", "--policy.model.num-layers", "1",
+            "--policy.model.num-heads", "2", "--policy.model.intermediate-size", "64",
+            "--env.size-min", "2", "--env.size-max", "3", "--env.train-tasks", "50",
+            "--data.episodes-per-step", "2", "--optim.steps", "3", "--optim.warmup-steps", "0",
+            "--log-every", "1", "--eval.tasks", "4", "--eval.every", "0"]
+    result = _treeroll(*args)
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["steps"] == 3 and summary["final_eval"]["tasks"] == 4
+    records = [json.loads(x) for x in (runs / "s" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "loss" in r] == [1, 2, 3]
+    assert all(r["loss"] > 0 and r["trained_tokens"] > 0 for r in records if "loss" in r)
+    evaluated = _treeroll("eval", "--policy", str(runs / "s" / "policy"), "--tasks", "2")
+    assert json.loads(evaluated.stdout.strip().splitlines()[-1])["tasks"] == 2
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"messages": "nope"}\n')
+    failed = _treeroll(*args[:4], "t", "--data.source", "jsonl", "--data.path", str(bad),
+                       check=False)
+    assert failed.returncode == 2 and "bad.jsonl:1" in failed.stderr
+    assert not (runs / "t").exists()

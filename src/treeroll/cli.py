@@ -95,21 +95,31 @@ def _parse(cls: type[T], args: list[str], description: str, config_cls: Any = No
 # --------------------------------------------------------------------------------------------
 
 
+def _run(run: Any, config: Any) -> int:
+    """Run ``run(config, reporter)`` under progress bars; print its summary, or on Ctrl-C
+    where its checkpoint is (only if one was written)."""
+    run_dir = Path(config.runs_dir) / config.name
+    with _progress() as progress:
+        try:
+            summary = run(config, RichReporter(progress))
+        except KeyboardInterrupt:
+            if (run_dir / "checkpoints" / "last.pt").exists():
+                console.print(f"[yellow]interrupted: checkpoint and metrics are in {run_dir}; "
+                              "continue with --resume")
+            else:
+                console.print("[yellow]interrupted before the first checkpoint")
+            return 130
+    _print_summary(summary, run_dir)
+    return 0
+
+
 def cmd_train(args: list[str]) -> int:
     """``treeroll train``: train a policy; prints held-out success before and after."""
     config = _parse(TrainConfig, args, "Train a policy on tree rollouts. Options after "
                     "--config FILE.yaml override the file.")
     from treeroll.training.trainer import train
 
-    with _progress() as progress:
-        try:
-            summary = train(config, RichReporter(progress))
-        except KeyboardInterrupt:
-            console.print(f"[yellow]interrupted: checkpoint and metrics are in "
-                          f"{Path(config.runs_dir) / config.name}; continue with --resume")
-            return 130
-    _print_summary(summary, Path(config.runs_dir) / config.name)
-    return 0
+    return _run(train, config)
 
 
 def cmd_sft(args: list[str]) -> int:
@@ -121,15 +131,7 @@ def cmd_sft(args: list[str]) -> int:
                     "override the file.")
     from treeroll.training.sft_run import run_sft
 
-    with _progress() as progress:
-        try:
-            summary = run_sft(config, RichReporter(progress))
-        except KeyboardInterrupt:
-            console.print(f"[yellow]interrupted: checkpoint and metrics are in "
-                          f"{Path(config.runs_dir) / config.name}; continue with --resume")
-            return 130
-    _print_summary(summary, Path(config.runs_dir) / config.name)
-    return 0
+    return _run(run_sft, config)
 
 
 def _print_summary(summary: dict[str, Any], run_dir: Path) -> None:
