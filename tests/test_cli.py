@@ -127,7 +127,7 @@ def test_format_warm_start_teaches_well_formed_replies_and_needs_an_expert() -> 
     make_env = lambda: make_frozenlake("rllm", size_min=3, size_max=4)
     config = PolicyConfig(init=None, model=ModelConfig(hidden_size=32, num_layers=1,
                                                        num_heads=2, intermediate_size=64),
-                          warm_start_steps=80, warm_start_batch=8, warm_start_lr=1e-2)
+                          warm_start_steps=80, warm_start_batch=8, warm_start_lr=3e-3)
     policy = build_policy(None, config.model, None, make_env)
     seeds = np.arange(200, 220)
 
