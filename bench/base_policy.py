@@ -9,7 +9,10 @@ interval and the share of well-formed replies.
     python bench/base_policy.py             # 256 tasks
 
 Last line: one JSON object with ``success``, ``ci_low``, ``ci_high``, ``format_ok``,
-``params``, ``tasks``, ``seconds`` and the policy's name.
+``params``, ``tasks``, ``seconds``, the policy's name, and where it fails: success by map
+side (``by_size``) and on the maps whose shortest path is longer than the Manhattan distance
+from start to goal, i.e. must detour around holes (``needs_detour``), versus the rest
+(``direct``), each as ``[success, tasks]``.
 """
 
 from __future__ import annotations
@@ -19,14 +22,19 @@ import json
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from treeroll.backends.hf import HFBackend
 from treeroll.config import load_config
+from treeroll.envs.frozenlake import start_distance
 from treeroll.plugins import make_env_factory
 from treeroll.policies import load_policy
+from treeroll.rollout import RolloutConfig, rollout
+from treeroll.strategies import Chain
 from treeroll.training.evaluation import evaluate, task_pools
+from treeroll.tree import leaves
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "frozenlake_rllm.yaml"
 
@@ -55,12 +63,36 @@ def main() -> None:
     tick = time.perf_counter()
     result = evaluate(backend, policy.turn_format(), make_env, held_out[:tasks], config.eval,
                       config.rollout)
+    seconds = time.perf_counter() - tick
+    breakdown = failure_breakdown(backend, policy.turn_format(), make_env, held_out[:tasks],
+                                  config.rollout)
     print(json.dumps({"policy": spec, "env": config.env.name, "success": result.success_rate,
                       "ci_low": round(result.low, 4), "ci_high": round(result.high, 4),
                       "format_ok": round(result.format_ok, 4), "params": policy.parameters,
                       "tasks": tasks, "load_seconds": round(load_seconds, 2),
-                      "seconds": round(time.perf_counter() - tick, 1),
-                      "threads": args.threads}))
+                      "seconds": round(seconds, 1), "threads": args.threads, **breakdown}))
+
+
+def failure_breakdown(backend: HFBackend, turn_format: Any, make_env: Any, seeds: Any,
+                      rollout_config: RolloutConfig) -> dict[str, Any]:
+    """Greedy success by map side and by whether the map needs a detour around holes."""
+    settings = replace(rollout_config, temperature=0.0, max_leaves=None,
+                       max_generated_tokens=None)
+    batch = rollout(seeds, make_env, backend, turn_format, Chain(group_size=1), config=settings)
+    by_size: dict[int, list[bool]] = {}
+    detour: dict[bool, list[bool]] = {True: [], False: []}
+    for tree, seed in zip(batch.trees, seeds, strict=True):
+        env = make_env()
+        env.reset(int(seed))
+        success = bool(leaves(tree)[0].info.get("success"))
+        by_size.setdefault(env.size, []).append(success)
+        manhattan = abs(env.start[0] - env.goal[0]) + abs(env.start[1] - env.goal[1])
+        detour[(start_distance(env) or 0) > manhattan].append(success)
+
+    def share(values: list[bool]) -> list[float]:
+        return [round(sum(values) / max(len(values), 1), 3), len(values)]
+    return {"by_size": {str(k): share(v) for k, v in sorted(by_size.items())},
+            "needs_detour": share(detour[True]), "direct": share(detour[False])}
 
 
 if __name__ == "__main__":
