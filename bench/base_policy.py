@@ -31,10 +31,7 @@ from treeroll.config import load_config
 from treeroll.envs.frozenlake import start_distance
 from treeroll.plugins import make_env_factory
 from treeroll.policies import load_policy
-from treeroll.rollout import RolloutConfig, rollout
-from treeroll.strategies import Chain
 from treeroll.training.evaluation import evaluate, task_pools
-from treeroll.tree import leaves
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "frozenlake_rllm.yaml"
 
@@ -64,8 +61,7 @@ def main() -> None:
     result = evaluate(backend, policy.turn_format(), make_env, held_out[:tasks], config.eval,
                       config.rollout)
     seconds = time.perf_counter() - tick
-    breakdown = failure_breakdown(backend, policy.turn_format(), make_env, held_out[:tasks],
-                                  config.rollout)
+    breakdown = failure_breakdown(make_env, held_out[:tasks], result.successes)
     print(json.dumps({"policy": spec, "env": config.env.name, "success": result.success_rate,
                       "ci_low": round(result.low, 4), "ci_high": round(result.high, 4),
                       "format_ok": round(result.format_ok, 4), "params": policy.parameters,
@@ -73,18 +69,14 @@ def main() -> None:
                       "seconds": round(seconds, 1), "threads": args.threads, **breakdown}))
 
 
-def failure_breakdown(backend: HFBackend, turn_format: Any, make_env: Any, seeds: Any,
-                      rollout_config: RolloutConfig) -> dict[str, Any]:
-    """Greedy success by map side and by whether the map needs a detour around holes."""
-    settings = replace(rollout_config, temperature=0.0, max_leaves=None,
-                       max_generated_tokens=None)
-    batch = rollout(seeds, make_env, backend, turn_format, Chain(group_size=1), config=settings)
+def failure_breakdown(make_env: Any, seeds: Any, successes: list[bool]) -> dict[str, Any]:
+    """Greedy success by map side and by whether the map needs a detour around holes, from
+    the evaluation's per-task successes."""
     by_size: dict[int, list[bool]] = {}
     detour: dict[bool, list[bool]] = {True: [], False: []}
-    for tree, seed in zip(batch.trees, seeds, strict=True):
+    for seed, success in zip(seeds, successes, strict=True):
         env = make_env()
         env.reset(int(seed))
-        success = bool(leaves(tree)[0].info.get("success"))
         by_size.setdefault(env.size, []).append(success)
         manhattan = abs(env.start[0] - env.goal[0]) + abs(env.start[1] - env.goal[1])
         detour[(start_distance(env) or 0) > manhattan].append(success)

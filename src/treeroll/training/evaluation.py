@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -57,6 +57,8 @@ class EvalResult:
     temperature: float
     format_ok: float = 1.0
     """Share of the evaluation's turns whose reply the environment could parse."""
+    successes: list[bool] = field(default_factory=list)
+    """Per task, in the order of the seeds evaluated (not in :meth:`as_dict`)."""
 
     def as_dict(self) -> dict[str, float]:
         """Plain dict for JSON."""
@@ -104,9 +106,10 @@ def evaluate(backend: GenerationBackend, turn_format: TurnFormat, make_env: Call
                     config=settings, seed=seed)
     backend.reset_cache()
     final = [leaf for tree in batch.trees for leaf in leaves(tree)]
-    wins = sum(bool(leaf.info.get("success")) for leaf in final)
+    successes = [bool(leaf.info.get("success")) for leaf in final]
+    wins = sum(successes)
     turns = [node for leaf in final for node in path_to(leaf)[1:]]
     well_formed = sum(not node.info.get("format_error", False) for node in turns)
     low, high = wilson_interval(wins, len(seeds))
     return EvalResult(wins / max(len(seeds), 1), low, high, len(seeds), config.temperature,
-                      well_formed / max(len(turns), 1))
+                      well_formed / max(len(turns), 1), successes)
