@@ -113,3 +113,17 @@ def test_compare_writes_the_report(tmp_path) -> None:
     stamp = (tmp_path / "report" / "runs" / "chain_seed0" / "summary.json").stat().st_mtime
     run_compare(config)
     assert (tmp_path / "report" / "runs" / "chain_seed0" / "summary.json").stat().st_mtime == stamp
+    # An interrupted run continues from its checkpoint (its folder is kept, not redone):
+    # simulate one killed after its last update, before its final evaluation.
+    run = tmp_path / "report" / "runs" / "patr_seed1"
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({k: v for k, v in summary.items()
+                                                  if k not in ("finished", "final_eval")}))
+    (run / "kept.txt").write_text("a file the user left in the run folder")
+    run_compare(config)
+    assert (run / "kept.txt").exists()
+    again = json.loads((run / "summary.json").read_text())
+    assert again["finished"] and again["final_eval"] == summary["final_eval"]
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "leaves" in r] == [1, 2]  # not trained again
+    assert sum(1 for r in records if r.get("final")) == 1

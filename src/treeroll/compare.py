@@ -22,8 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from treeroll.config import TrainConfig
+from treeroll.checks import validate
+from treeroll.config import TrainConfig, check_config
 from treeroll.training.evaluation import Reporter
+from treeroll.training.runfolder import finished_steps
 from treeroll.training.trainer import train
 
 __all__ = ["CompareConfig", "run_compare"]
@@ -134,22 +136,28 @@ def _collect(run_dir: Path) -> dict[str, Any]:
 
 def run_compare(config: CompareConfig, reporter: Reporter | None = None) -> str:
     """Train every (strategy, seed), then write the report; returns the report's path."""
+    problems = [("--strategies", "is empty; name at least one")] if not config.strategies else []
+    problems += [("--seeds", "is empty; give at least one")] if not config.seeds else []
+    if config.token_budget < 1:
+        problems.append(("--token-budget", f"is {config.token_budget}; must be >= 1"))
+    validate(config, extra=problems)
+    runs = [_run_config(config, strategy, seed)
+            for strategy in config.strategies for seed in config.seeds]
+    for run_config in runs:  # every run's settings, before the first one trains
+        check_config(run_config)
     report = Path(config.report_dir)
     report.mkdir(parents=True, exist_ok=True)
     results: dict[str, list[dict[str, Any]]] = {s: [] for s in config.strategies}
-    for strategy in config.strategies:
-        for seed in config.seeds:
-            run_config = _run_config(config, strategy, seed)
-            run_dir = Path(run_config.runs_dir) / run_config.name
-            if not (run_dir / "summary.json").exists() or \
-                    "final_eval" not in json.loads((run_dir / "summary.json").read_text()):
-                if run_dir.exists():
-                    shutil.rmtree(run_dir)  # an unfinished run is redone from the start
-                start = time.perf_counter()
-                summary = train(run_config, reporter)
-                summary["wall_seconds"] = time.perf_counter() - start
-                (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-            results[strategy].append(_collect(run_dir))
+    for run_config in runs:
+        run_dir = Path(run_config.runs_dir) / run_config.name
+        if finished_steps(run_dir) is None:  # an interrupted run continues exactly
+            resume = (run_dir / "checkpoints" / "last.pt").exists()
+            start = time.perf_counter()
+            summary = train(replace(run_config, resume=resume), reporter)
+            summary["wall_seconds"] = (summary.get("wall_seconds", 0.0)
+                                       + time.perf_counter() - start)
+            (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        results[run_config.strategy.name].append(_collect(run_dir))
     _write_report(config, results)
     return str(report / "report.md")
 

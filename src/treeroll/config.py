@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import yaml
 
 from treeroll.backends.local import ModelConfig
+from treeroll.checks import checked
 from treeroll.rollout import RolloutConfig
 from treeroll.strategies import PATR, Chain, RandomTree, TreeGRPO
 from treeroll.training.loss import LossConfig
@@ -29,6 +30,7 @@ __all__ = [
     "ScorerConfig",
     "StrategyConfig",
     "TrainConfig",
+    "check_config",
     "config_to_dict",
     "load_config",
 ]
@@ -41,15 +43,15 @@ class EnvConfig:
     name: str = "frozenlake_rllm"
     """``frozenlake_rllm`` (PATR's benchmark), ``frozenlake_ragen``, ``swe``, ``gym:<env id>``,
     or ``package.module:factory`` (a zero-argument callable returning an Env)."""
-    size_min: int | None = None
+    size_min: int | None = checked(None, ge=2)
     """FrozenLake: smallest map side (None = the convention's)."""
-    size_max: int | None = None
+    size_max: int | None = checked(None, ge=2)
     """FrozenLake: largest map side (None = the convention's)."""
     slippery: bool | None = None
     """FrozenLake: slippery dynamics (None = the convention's)."""
-    max_turns: int | None = None
+    max_turns: int | None = checked(None, ge=1)
     """Cap on turns per episode (None = the convention's)."""
-    train_tasks: int = 10_000
+    train_tasks: int = checked(10_000, ge=1)
     """Task seeds in the training pool (rLLM: 10,000)."""
     task_seed: int = 0
     """Seed of the generator that draws the training pool's task seeds."""
@@ -69,20 +71,15 @@ class PolicyConfig:
     policy folder's own (``plain`` for a from-scratch build or a folder without one)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """From-scratch builds only (``init: null``): the model's shape."""
-    warm_start_steps: int = 60
+    warm_start_steps: int = checked(60, ge=0)
     """From-scratch builds only: a supervised *format* warm start (the SFT loop on the
     environment's expert at skill 0: well-formed replies, uniformly random actions; it
     teaches the answer format, not a policy). 0 disables it. For a policy, run
     ``treeroll sft`` and pass its folder as ``init``."""
-    warm_start_lr: float = 3e-3
+    warm_start_lr: float = checked(3e-3, gt=0)
     """Learning rate of the warm start."""
-    warm_start_batch: int = 16
+    warm_start_batch: int = checked(16, ge=1)
     """Episodes per warm-start step."""
-
-    def __post_init__(self) -> None:
-        if self.warm_start_steps < 0 or self.warm_start_batch < 1 or not self.warm_start_lr > 0:
-            raise ValueError("policy.warm_start_steps must be >= 0, policy.warm_start_batch "
-                             ">= 1 and policy.warm_start_lr > 0")
 
 
 @dataclass
@@ -107,7 +104,7 @@ class ScorerConfig:
     """``blend``: first scorer."""
     blend_b: str = "degeneracy"
     """``blend``: second scorer."""
-    blend_lambda: float = 0.7
+    blend_lambda: float = checked(0.7, ge=0, le=1)
     """``blend``: weight of the first scorer."""
     judge_model_path: str | None = None
     """``judge``: a local model directory (``save_pretrained``) for the judge; None = the
@@ -122,44 +119,35 @@ class AdvantageConfig:
 
     name: str = "grpo"
     """``grpo``, ``dr_grpo``, ``rloo``, ``tree`` or ``package.module:function``."""
-    std: str = "population"
+    std: str = checked("population", choices=("population", "sample"))
     """``grpo``, ``tree``: divide by the ``population`` std (ddof=0, the default) or the
     ``sample`` std (ddof=1, unbiased: verl's and TRL's, hence Tree-GRPO's code's)."""
-    singleton: str = "zero"
+    singleton: str = checked("zero", choices=("zero", "verl"))
     """``grpo``, ``dr_grpo``, ``tree``: a group of one gets advantage ``zero`` (default: a
     tree that never branches is exactly chain GRPO) or, ``verl``, its raw reward (verl's
     mean 0 / std 1)."""
-    eps: float = 1e-6
+    eps: float = checked(1e-6, ge=0)
     """``grpo``, ``tree``: added to the std before dividing."""
-
-    def __post_init__(self) -> None:
-        if self.std not in ("population", "sample"):
-            raise ValueError(f"advantage.std must be 'population' or 'sample', got {self.std!r}")
-        if self.singleton not in ("zero", "verl"):
-            raise ValueError(f"advantage.singleton must be 'zero' or 'verl', got "
-                             f"{self.singleton!r}")
-        if self.eps < 0:
-            raise ValueError(f"advantage.eps must be >= 0, got {self.eps}")
 
 
 @dataclass
 class OptimConfig:
     """The RL update."""
 
-    steps: int = 60
+    steps: int = checked(60, ge=1)
     """Training steps (each: roll out, advantages, update)."""
-    tasks_per_step: int = 8
+    tasks_per_step: int = checked(8, ge=1)
     """Tasks (trees) per step."""
-    lr: float = 1e-3
+    lr: float = checked(1e-3, gt=0)
     """AdamW learning rate."""
-    weight_decay: float = 0.0
+    weight_decay: float = checked(0.0, ge=0)
     """AdamW weight decay."""
-    ppo_epochs: int = 1
+    ppo_epochs: int = checked(1, ge=1)
     """Passes over each step's leaves."""
-    minibatches: int = 1
+    minibatches: int = checked(1, ge=1)
     """Optimiser steps per epoch: the step's task groups are split into this many
     minibatches of whole groups (at most one per group)."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = checked(1.0, gt=0)
     """Gradient clipping."""
     loss: LossConfig = field(default_factory=LossConfig)
     drop_zero_variance: bool = False
@@ -173,13 +161,13 @@ class OptimConfig:
 class EvalConfig:
     """Held-out evaluation: task seeds never used in training."""
 
-    tasks: int = 256
+    tasks: int = checked(256, ge=1)
     """Held-out tasks at the start and end of training."""
-    every: int = 0
+    every: int = checked(0, ge=0)
     """Also evaluate every this many steps on ``tasks_during`` tasks (0 = only start and end)."""
-    tasks_during: int = 64
+    tasks_during: int = checked(64, ge=1)
     """Held-out tasks for evaluations during training."""
-    temperature: float = 0.0
+    temperature: float = checked(0.0, ge=0)
     """Sampling temperature of the evaluation (0 = greedy)."""
     seed: int = 42
     """Seed of the held-out task generator (rLLM's test set uses 42)."""
@@ -196,12 +184,18 @@ class TrainConfig:
     seed: int = 0
     """Seed of everything random in the run."""
     resume: bool = False
-    """Continue the run folder's last checkpoint instead of starting over."""
-    checkpoint_every: int = 10
+    """Continue the run folder's last checkpoint instead of starting over (exactly: the
+    metrics after the checkpoint are recomputed). A finished run needs ``extend``."""
+    extend: bool = False
+    """Continue a finished run to a larger ``optim.steps`` (implies ``resume``)."""
+    force: bool = False
+    """With ``resume``: continue although settings differ from the run's ``config.yaml``
+    (the differences are shown; the old file is kept as ``config.yaml.old<N>``)."""
+    checkpoint_every: int = checked(10, ge=1)
     """Steps between checkpoints (one is also written at the end and on Ctrl-C)."""
-    save_trees_every: int = 10
+    save_trees_every: int = checked(10, ge=0)
     """Steps between saved example trees (JSON) in the run folder."""
-    threads: int = 0
+    threads: int = checked(0, ge=0)
     """torch CPU threads (0 = torch's default)."""
     env: EnvConfig = field(default_factory=EnvConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
@@ -278,3 +272,67 @@ def load_config(path: str | Path | None, cls: type[T] = TrainConfig) -> T:  # ty
 def config_to_dict(config: Any) -> dict[str, Any]:
     """A plain dict (for YAML / JSON) of a config dataclass."""
     return dataclasses.asdict(config)
+
+
+def name_problems(config: Any) -> list[tuple[str, str]]:
+    """Problems of the plug-in names and cross-field settings of a :class:`TrainConfig` (or
+    of any config with the same sections): each ``(option, message)`` names what is valid.
+    Nothing is imported or built; ``package.module:object`` names are checked when made."""
+    from treeroll.checks import option_name
+    from treeroll.plugins import ADVANTAGES, ENVS, SCORERS, STRATEGIES
+    from treeroll.views import VIEWS
+
+    found: list[tuple[str, str]] = []
+
+    def choice(path: str, value: str | None, valid: list[str], extra: str = "") -> None:
+        if value is None or ":" in value or value in valid:
+            return
+        found.append((option_name(path), f"is {value!r}; valid: {', '.join(valid)}{extra} or "
+                      "'package.module:object' for your own"))
+
+    sections = {f.name for f in dataclasses.fields(config)}
+    if "strategy" in sections:
+        choice("strategy.name", config.strategy.name, STRATEGIES.names())
+    if "advantage" in sections:
+        choice("advantage.name", config.advantage.name, ADVANTAGES.names())
+    if "scorer" in sections:
+        choice("scorer.name", config.scorer.name, SCORERS.names())
+    if "env" in sections and not config.env.name.startswith("gym:"):
+        choice("env.name", config.env.name, ENVS.names(), ", 'gym:<env id>'")
+        low, high = config.env.size_min, config.env.size_max
+        if low is not None and high is not None and low > high:
+            found.append(("--env.size-min", f"is {low}, above --env.size-max {high}"))
+    if "policy" in sections:
+        view = config.policy.view
+        if view is not None and view not in VIEWS:
+            found.append(("--policy.view", f"is {view!r}; valid: {', '.join(VIEWS.names())}"))
+        found += _init_problems(config.policy.init)
+    if "optim" in sections and "env" in sections:
+        per_step = getattr(config.optim, "tasks_per_step", None)
+        if per_step is not None and per_step > config.env.train_tasks:
+            found.append(("--optim.tasks-per-step", f"is {per_step}, more than the training "
+                          f"pool's {config.env.train_tasks} tasks (--env.train-tasks)"))
+    return found
+
+
+def _init_problems(init: str | None) -> list[tuple[str, str]]:
+    from treeroll.policies import SHIPPED
+
+    if init is None or init in SHIPPED:
+        return []
+    folder = Path(init)
+    if (folder / "config.json").is_file():
+        return []
+    what = "no such folder" if not folder.exists() else "a folder without config.json"
+    return [("--policy.init", f"is {init!r} ({what}); valid: a shipped policy "
+             f"({', '.join(SHIPPED)}), a folder written by save_pretrained / treeroll sft, "
+             "or null for a from-scratch build")]
+
+
+def check_config(config: Any, extra: list[tuple[str, str]] | None = None) -> None:
+    """Raise one :class:`treeroll.checks.ConfigError` listing every invalid value of
+    ``config`` (ranges declared on its fields, plug-in names, cross-field limits, and the
+    caller's ``extra`` problems), before any work starts."""
+    from treeroll.checks import validate
+
+    validate(config, extra=name_problems(config) + list(extra or []))

@@ -38,6 +38,7 @@ from treeroll.base import (
     Strategy,
     StrategyContext,
 )
+from treeroll.checks import checked, validate
 from treeroll.formatting import TurnFormat
 from treeroll.tree import Node, NodeStatus, RolloutTree
 
@@ -48,30 +49,22 @@ __all__ = ["RolloutBatch", "RolloutConfig", "TimedScorer", "rollout"]
 class RolloutConfig:
     """Sampling and budget settings shared by every strategy."""
 
-    max_turn_tokens: int = 24
+    max_turn_tokens: int = checked(24, ge=1)
     """Most tokens the model may generate in one turn."""
-    temperature: float = 1.0
+    temperature: float = checked(1.0, ge=0)
     """Sampling temperature (the logprobs recorded are those of this distribution)."""
-    top_p: float = 1.0
+    top_p: float = checked(1.0, gt=0, le=1)
     """Nucleus sampling threshold. With top_p < 1 the logprobs recorded are those of the
     renormalised nucleus, while the update recomputes the full softmax: its ratios then start
     below 1 (by the nucleus's mass), so train with 1.0."""
-    max_leaves: int | None = None
+    max_leaves: int | None = checked(None, ge=1)
     """Budget: most leaves (trajectories) one task's tree may end with; None = no limit."""
-    max_generated_tokens: int | None = None
+    max_generated_tokens: int | None = checked(None, ge=1)
     """Budget: most tokens one task's tree may generate; None = no limit."""
-    max_depth: int = 64
+    max_depth: int = checked(64, ge=1)
     """Safety cap on turns per trajectory, whatever the environment says."""
-    entropy_window: int = 0
+    entropy_window: int = checked(0, ge=0)
     """Record the mean normalised entropy of each turn's first tokens (ARPO needs 20)."""
-
-    def __post_init__(self) -> None:
-        if self.max_turn_tokens < 1:
-            raise ValueError("rollout.max_turn_tokens must be >= 1")
-        if self.max_leaves is not None and self.max_leaves < 1:
-            raise ValueError("rollout.max_leaves must be >= 1 (or null for no limit)")
-        if self.max_generated_tokens is not None and self.max_generated_tokens < 1:
-            raise ValueError("rollout.max_generated_tokens must be >= 1 (or null for no limit)")
 
 
 class TimedScorer:
@@ -116,6 +109,7 @@ def rollout(
     on_turn: Callable[[int, int], None] | None = None,
 ) -> RolloutBatch:
     """Grow one tree per task seed in ``tasks``; see the module docstring."""
+    validate(config, "rollout")
     start = time.perf_counter()
     timing = {"generate": 0.0, "env": 0.0, "score": 0.0}
     timed = TimedScorer(scorer) if scorer is not None else None

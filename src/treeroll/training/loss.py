@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from treeroll.checks import checked
 from treeroll.tree import Trajectory
 
 __all__ = ["LossConfig", "TrainItem", "expanded_backward", "ppo_token_loss"]
@@ -21,27 +22,20 @@ __all__ = ["LossConfig", "TrainItem", "expanded_backward", "ppo_token_loss"]
 class LossConfig:
     """The policy-gradient objective."""
 
-    clip_low: float = 0.2
+    clip_low: float = checked(0.2, ge=0)
     """PPO clip range below 1 (ratio >= 1 - clip_low)."""
-    clip_high: float = 0.2
+    clip_high: float = checked(0.2, ge=0)
     """PPO clip range above 1 (DAPO's clip-higher uses 0.28)."""
-    kl_coef: float = 0.0
+    kl_coef: float = checked(0.0, ge=0)
     """Weight of the k3 KL estimate to the reference policy (0 = no reference model)."""
-    normalisation: str = "token_mean"
+    normalisation: str = checked("token_mean", choices=("token_mean", "seq_mean"))
     """``token_mean`` (every model token of the batch weighs the same) or ``seq_mean`` (each
     leaf's tokens averaged, then leaves averaged)."""
-    temperature: float = 1.0
+    temperature: float = checked(1.0, gt=0)
     """The sampling temperature, applied to the logits so ratios compare like with like (the
     trainer sets it from ``rollout.temperature``)."""
-    micro_batch_tokens: int = 16384
+    micro_batch_tokens: int = checked(16384, ge=1)
     """Tokens forwarded at once (padding included); bounds activation memory."""
-
-    def __post_init__(self) -> None:
-        if self.normalisation not in ("token_mean", "seq_mean"):
-            raise ValueError(f"loss.normalisation must be 'token_mean' or 'seq_mean', "
-                             f"got {self.normalisation!r}")
-        if self.clip_low < 0 or self.clip_high < 0:
-            raise ValueError("loss.clip_low and loss.clip_high must be >= 0")
 
 
 @dataclass

@@ -3,8 +3,13 @@ checks that keep a user's earlier run safe), appending metrics durably, atomic c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import threading
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +17,8 @@ import numpy as np
 import torch
 import yaml
 
-__all__ = ["RunFolder", "append_jsonl", "load_checkpoint", "save_checkpoint"]
+__all__ = ["RunFolder", "append_jsonl", "check_state_fits", "deferred_interrupt",
+           "finished_steps", "load_checkpoint", "save_checkpoint"]
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
@@ -45,33 +51,60 @@ def load_checkpoint(path: Path, rng: np.random.Generator) -> dict[str, Any]:
 
 class RunFolder:
     """``<runs_dir>/<name>``: refuses to overwrite a run that holds a checkpoint unless
-    resuming, refuses to resume a run with another configuration, and writes
-    ``config.yaml`` only once the run is known to start (call :meth:`start`)."""
+    resuming, to resume a finished run unless extending it to more ``steps``, and to resume a
+    run with another configuration unless forced; writes ``config.yaml`` only once the run
+    is known to start (call :meth:`start`)."""
 
-    def __init__(self, runs_dir: str, name: str, resume: bool) -> None:
+    def __init__(self, runs_dir: str, name: str, resume: bool, *, extend: bool = False,
+                 steps: int | None = None) -> None:
         self.path = Path(runs_dir) / name
         self.checkpoint = self.path / "checkpoints" / "last.pt"
         self.metrics = self.path / "metrics.jsonl"
         self.resume = resume
+        finished = self.finished_steps()
         if self.checkpoint.exists() and not resume:
-            raise FileExistsError(f"run folder {self.path} already holds a checkpoint; pass "
-                                  "--resume to continue it or choose another --name")
+            what = (f"a finished run ({finished} steps)" if finished is not None
+                    else "an unfinished run's checkpoint")
+            extra = (f"; or --extend --optim.steps N (N > {finished}) to train it further"
+                     if finished is not None else "; or --resume to continue it")
+            raise FileExistsError(f"run folder {self.path} already holds {what}: choose "
+                                  f"another --name{extra}")
         if resume and not self.checkpoint.exists():
             raise FileNotFoundError(f"--resume: no checkpoint at {self.checkpoint}")
+        if resume and finished is not None and not extend:
+            raise ValueError(f"--resume: the run in {self.path} finished ({finished} steps); "
+                             "to train it further pass --extend with --optim.steps above "
+                             f"{finished}, or start a new run with --name")
+        if extend and finished is not None and steps is not None and steps <= finished:
+            raise ValueError(f"--extend: --optim.steps is {steps}, not above the {finished} "
+                             f"steps the run in {self.path} finished with")
 
-    def check_config(self, config: dict[str, Any], may_differ: tuple[str, ...] = ()) -> None:
+    def finished_steps(self) -> int | None:
+        """The step count of a finished run in this folder, else None."""
+        return finished_steps(self.path)
+
+    def check_config(self, config: dict[str, Any], may_differ: tuple[str, ...] = (),
+                     force: bool = False) -> None:
         """On resume, the saved ``config.yaml`` must match ``config`` except in the top-level
-        or dotted keys ``may_differ`` (and ``resume``); the error lists what differs."""
+        or dotted keys ``may_differ``; the error shows each difference (saved -> now).
+        ``force`` accepts the differences: the saved file is kept as ``config.yaml.old<N>``
+        and a warning lists them."""
         if not self.resume:
             return
         saved = yaml.safe_load((self.path / "config.yaml").read_text())
         differences = [key for key in _diff(saved, config, "")
-                       if key != "resume" and not any(key == k or key.startswith(k + ".")
-                                                      for k in may_differ)]
-        if differences:
-            raise ValueError(f"--resume: the run in {self.path} was started with another "
-                             f"configuration ({', '.join(differences[:6])} differ); resume with "
-                             "the same settings or start a new run with --name")
+                       if not any(key == k or key.startswith(k + ".") for k in may_differ)]
+        if not differences:
+            return
+        shown = "; ".join(f"{key}: {_lookup(saved, key)!r} -> {_lookup(config, key)!r}"
+                          for key in differences[:8])
+        if not force:
+            raise ValueError(f"--resume: the run in {self.path} was started with other "
+                             f"settings ({shown}); resume with the same settings, pass --force "
+                             "to continue with these, or start a new run with --name")
+        warnings.warn(f"--force: resuming {self.path} with changed settings ({shown})",
+                      stacklevel=2)
+        _move_aside(self.path / "config.yaml")
 
     def start(self, config: dict[str, Any]) -> None:
         """Create the folder and write the resolved ``config.yaml``. A new run in a folder
@@ -81,12 +114,7 @@ class RunFolder:
         self.path.mkdir(parents=True, exist_ok=True)
         if not self.resume:
             for name in ("metrics.jsonl", "summary.json"):
-                old = self.path / name
-                if old.exists():
-                    number = 1
-                    while (self.path / f"{name}.old{number}").exists():
-                        number += 1
-                    old.replace(self.path / f"{name}.old{number}")
+                _move_aside(self.path / name)
         (self.path / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
     def keep_records_until(self, step: int) -> None:
@@ -118,3 +146,67 @@ def _diff(a: Any, b: Any, where: str) -> list[str]:
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         a, b = list(a), list(b)
     return [] if a == b else [where]
+
+
+def finished_steps(run_dir: Path) -> int | None:
+    """The step count of the finished run in ``run_dir`` (its ``summary.json`` says
+    ``"finished": true``), else None."""
+    summary = Path(run_dir) / "summary.json"
+    if not summary.is_file():
+        return None
+    try:
+        data = json.loads(summary.read_text())
+    except json.JSONDecodeError:
+        return None
+    return int(data.get("steps", 0)) if data.get("finished") else None
+
+
+def _lookup(config: dict[str, Any], dotted: str) -> Any:
+    value: Any = config
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _move_aside(path: Path) -> None:
+    """Rename ``path`` (if it exists) to the first free ``<name>.old<N>``."""
+    if not path.exists():
+        return
+    number = 1
+    while path.with_name(f"{path.name}.old{number}").exists():
+        number += 1
+    path.replace(path.with_name(f"{path.name}.old{number}"))
+
+
+def check_state_fits(model: torch.nn.Module, state: dict[str, Any], source: Path) -> None:
+    """Raise a clear error, before any work, when a checkpoint's weights do not fit
+    ``model`` (other parameter names or shapes): name the first few that differ."""
+    own = model.state_dict()
+    problems = [f"{key}: checkpoint {tuple(value.shape)}, model {tuple(own[key].shape)}"
+                for key, value in state.items() if key in own and own[key].shape != value.shape]
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    problems += [f"{key}: not in the checkpoint" for key in missing[:3]]
+    problems += [f"{key}: not in the model" for key in unexpected[:3]]
+    if problems:
+        raise ValueError(f"the checkpoint {source} does not fit the model built from the "
+                         f"settings ({'; '.join(problems[:4])}); resume with the settings the "
+                         "run was started with (its config.yaml)")
+
+
+@contextlib.contextmanager
+def deferred_interrupt() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) back until the block ends, then raise ``KeyboardInterrupt``:
+    an update is never cut in half, so the checkpoint written on Ctrl-C is a whole step.
+    Outside the main thread (where signals cannot be handled) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda number, frame: received.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt

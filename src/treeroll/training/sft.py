@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from treeroll.checks import checked
 from treeroll.config import EnvConfig, EvalConfig, PolicyConfig
 from treeroll.rollout import RolloutConfig
 from treeroll.training.sft_data import SFTExample, batches_by_tokens
@@ -37,90 +38,60 @@ __all__ = ["SFTConfig", "SFTDataConfig", "SFTOptimConfig", "SFTState", "copy_pol
 class SFTDataConfig:
     """Where the demonstrations come from."""
 
-    source: str = "expert"
+    source: str = checked("expert", choices=("expert", "jsonl"))
     """``expert``: episodes of the environment's expert, generated on the fly from training
     task seeds; ``jsonl``: the file ``path`` (TRL ``messages`` or ``input_ids`` +
     ``loss_mask`` lines)."""
     path: str | None = None
     """The JSONL file (``source: jsonl``)."""
-    on_bad_line: str = "error"
+    on_bad_line: str = checked("error", choices=("error", "skip"))
     """A malformed JSONL line: ``error`` stops before training (naming the line), ``skip``
     leaves it out with a warning."""
-    skill: float = 1.0
+    skill: float = checked(1.0, ge=0, le=1)
     """``expert``: probability that each expert decision is the expert's own (else random)."""
     mask_noise: bool = True
     """``expert``: keep the noise's replies in the context but out of the loss."""
     explain: bool = False
     """``expert``: the expert states what it reads before each action (FrozenLake: its
     cell and the goal's, ``P@2,3 G@4,5``); the policy learns to do the same."""
-    episodes_per_step: int = 16
+    episodes_per_step: int = checked(16, ge=1)
     """Examples per optimiser step."""
-    max_tokens: int = 4096
+    max_tokens: int = checked(4096, ge=2)
     """Longest example kept (longer ones are cut at this many tokens)."""
 
-    def check(self) -> None:
-        """Cross-field checks, run once command-line overrides are applied."""
+    def problems(self) -> list[tuple[str, str]]:
+        """Cross-field problems, as :func:`treeroll.checks.validate` takes them."""
         if self.source == "jsonl" and not self.path:
-            raise ValueError("data.source is 'jsonl': set data.path to the JSONL file")
+            return [("--data.path", "is not set; data.source is 'jsonl': set it to the JSONL "
+                     "file")]
         if self.source == "expert" and self.path:
-            raise ValueError(f"data.path is set ({self.path}) but data.source is 'expert'; "
-                             "set data.source: jsonl to train on the file")
-
-    def __post_init__(self) -> None:
-        if self.source not in ("expert", "jsonl"):
-            raise ValueError(f"data.source must be 'expert' or 'jsonl', got {self.source!r}")
-        if self.on_bad_line not in ("error", "skip"):
-            raise ValueError(f"data.on_bad_line must be 'error' or 'skip', got "
-                             f"{self.on_bad_line!r}")
-        if not 0.0 <= self.skill <= 1.0:
-            raise ValueError(f"data.skill must be in [0, 1], got {self.skill}")
-        if self.episodes_per_step < 1:
-            raise ValueError(f"data.episodes_per_step must be >= 1, got "
-                             f"{self.episodes_per_step}")
-        if self.max_tokens < 2:
-            raise ValueError(f"data.max_tokens must be >= 2, got {self.max_tokens}")
+            return [("--data.path", f"is set ({self.path}) but data.source is 'expert'; set "
+                     "--data.source jsonl to train on the file")]
+        return []
 
 
 @dataclass
 class SFTOptimConfig:
     """The optimiser and its schedule."""
 
-    steps: int = 500
+    steps: int = checked(500, ge=0)
     """Optimiser steps."""
-    lr: float = 2e-3
+    lr: float = checked(2e-3, gt=0)
     """Peak AdamW learning rate."""
-    warmup_steps: int = 50
+    warmup_steps: int = checked(50, ge=0)
     """Linear warm-up from 0 to ``lr``."""
-    schedule: str = "cosine"
+    schedule: str = checked("cosine", choices=("cosine", "constant"))
     """After warm-up: ``cosine`` (to ``min_lr_ratio * lr`` at the last step) or ``constant``."""
-    min_lr_ratio: float = 0.0
+    min_lr_ratio: float = checked(0.0, ge=0, le=1)
     """Learning rate at the end of a cosine schedule, as a fraction of ``lr``."""
-    weight_decay: float = 0.0
+    weight_decay: float = checked(0.0, ge=0)
     """AdamW weight decay."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = checked(1.0, gt=0)
     """Gradient clipping."""
-    micro_batch_tokens: int = 4096
+    micro_batch_tokens: int = checked(4096, ge=1)
     """Padded tokens per forward pass (a step's examples are split by length; the gradient
     is that of the whole step)."""
 
-    def __post_init__(self) -> None:
-        if self.steps < 0:
-            raise ValueError(f"optim.steps must be >= 0, got {self.steps}")
-        if not self.lr > 0:
-            raise ValueError(f"optim.lr must be > 0, got {self.lr}")
-        if self.warmup_steps < 0:
-            raise ValueError(f"optim.warmup_steps must be >= 0, got {self.warmup_steps}")
-        if self.schedule not in ("cosine", "constant"):
-            raise ValueError(f"optim.schedule must be 'cosine' or 'constant', got "
-                             f"{self.schedule!r}")
-        if not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise ValueError(f"optim.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
-        if not self.max_grad_norm > 0 or self.weight_decay < 0:
-            raise ValueError(f"optim.max_grad_norm must be > 0 and optim.weight_decay >= 0, got "
-                             f"{self.max_grad_norm} and {self.weight_decay}")
-        if self.micro_batch_tokens < 1:
-            raise ValueError(f"optim.micro_batch_tokens must be >= 1, got "
-                             f"{self.micro_batch_tokens}")
 
 
 @dataclass
@@ -135,11 +106,11 @@ class SFTConfig:
     """Seed of everything random in the run."""
     resume: bool = False
     """Continue the run folder's last checkpoint instead of starting over."""
-    checkpoint_every: int = 50
+    checkpoint_every: int = checked(50, ge=0)
     """Steps between checkpoints (one is also written at the end and on Ctrl-C)."""
-    log_every: int = 10
+    log_every: int = checked(10, ge=1)
     """Steps between loss records in metrics.jsonl."""
-    threads: int = 0
+    threads: int = checked(0, ge=0)
     """torch CPU threads (0 = torch's default)."""
     export: str | None = None
     """Also write the final policy folder here (e.g. the package's shipped base)."""
@@ -153,10 +124,6 @@ class SFTConfig:
     """How the held-out evaluations sample (their temperature is ``eval.temperature``); use
     the RL run's settings so that the figures compare (FrozenLake: 12 tokens a turn)."""
 
-    def __post_init__(self) -> None:
-        if self.checkpoint_every < 0 or self.log_every < 1 or self.threads < 0:
-            raise ValueError(f"checkpoint_every must be >= 0, log_every >= 1 and threads >= 0, "
-                             f"got {self.checkpoint_every}, {self.log_every} and {self.threads}")
 
 
 def lr_factor(step: int, config: SFTOptimConfig) -> float:

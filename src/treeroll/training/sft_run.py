@@ -20,7 +20,7 @@ import torch
 
 from treeroll.backends.hf import HFBackend
 from treeroll.base import Env, ExpertEnv
-from treeroll.config import PolicyConfig, config_to_dict
+from treeroll.config import PolicyConfig, check_config, config_to_dict
 from treeroll.formatting import TurnFormat
 from treeroll.plugins import make_env_factory
 from treeroll.policies import Policy, build_policy, save_policy
@@ -140,7 +140,7 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
     """Run (or resume) ``treeroll sft``; returns the summary also written to
     ``summary.json``."""
     reporter = reporter or Silent()
-    config.data.check()
+    check_config(config, config.data.problems())
     if config.threads:
         torch.set_num_threads(config.threads)
     folder = RunFolder(config.runs_dir, config.name, config.resume)
@@ -205,7 +205,8 @@ def _resumable_changes(config: SFTConfig) -> tuple[str, ...]:
     """Settings a resumed run may change: the step count only under a constant schedule (a
     cosine schedule's every learning rate depends on it)."""
     steps = ("optim.steps",) if config.optim.schedule == "constant" else ()
-    return (*steps, "eval", "checkpoint_every", "log_every", "export", "threads", "runs_dir")
+    return (*steps, "eval", "checkpoint_every", "log_every", "export", "threads", "runs_dir",
+            "resume")
 
 
 def _loop(config: SFTConfig, folder: RunFolder, model: Any, optimizer: Any,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import time
 import warnings
 from dataclasses import replace
@@ -21,15 +22,23 @@ import numpy as np
 import torch
 
 from treeroll.backends.hf import HFBackend
-from treeroll.config import TrainConfig, config_to_dict
+from treeroll.config import TrainConfig, check_config, config_to_dict
 from treeroll.plugins import make_env_factory, make_estimator, make_strategy, scorer_name_for
 from treeroll.policies import build_policy
 from treeroll.rollout import count_status, rollout
 from treeroll.training.evaluation import Reporter, Silent, evaluate, task_pools
 from treeroll.training.loss import TrainItem, expanded_backward
 from treeroll.training.packed import PackingUnsupported, packed_backward, unsupported_reason
-from treeroll.training.runfolder import RunFolder, append_jsonl, load_checkpoint, save_checkpoint
+from treeroll.training.runfolder import (
+    RunFolder,
+    append_jsonl,
+    check_state_fits,
+    deferred_interrupt,
+    load_checkpoint,
+    save_checkpoint,
+)
 from treeroll.training.sft_run import format_warm_start
+from treeroll.training.tensorboard import ScalarLog
 from treeroll.tree import (
     RolloutTree,
     TokenCounts,
@@ -43,124 +52,188 @@ from treeroll.tree import (
 __all__ = ["train"]
 
 
+RESUMABLE_CHANGES = ("optim.steps", "eval", "checkpoint_every", "save_trees_every", "threads",
+                     "runs_dir",
+                     "resume", "extend", "force")
+"""Settings a resumed run may change (they do not alter what the run computes per step)."""
+
+
 def train(config: TrainConfig, reporter: Reporter | None = None) -> dict[str, Any]:
-    """Run (or resume) a training run; returns the summary also written to ``summary.json``."""
+    """Run (or resume) a training run; returns the summary also written to ``summary.json``.
+
+    Every setting is checked first (one error lists every invalid value). A resumed run
+    continues exactly: the checkpoint holds the model, the optimiser, every RNG and the
+    counters, and the metrics after it are dropped and recomputed, so ``kill -9`` then
+    ``--resume`` gives the uninterrupted run's metrics and weights. A finished run is resumed
+    only with ``--extend`` and more ``--optim.steps``."""
     reporter = reporter or Silent()
+    check_config(config)
     if config.threads:
         torch.set_num_threads(config.threads)
-    folder = RunFolder(config.runs_dir, config.name, config.resume)
+    folder = RunFolder(config.runs_dir, config.name, config.resume or config.extend,
+                       extend=config.extend, steps=config.optim.steps)
     resolved = config_to_dict(config)
-    folder.check_config(resolved, ("optim.steps", "eval", "checkpoint_every",
-                                   "save_trees_every", "threads"))
-    run_dir, checkpoint = folder.path, folder.checkpoint
-
-    make_env = make_env_factory(config.env)
-    strategy = make_strategy(config.strategy)
-    estimator = make_estimator(config.advantage)
-    scorer = None
-    scorer_name = scorer_name_for(config.scorer.name, strategy, config.env.name)
-    if scorer_name:
-        from treeroll.scorers import make_scorer
-
-        scorer = make_scorer(replace(config.scorer, name=scorer_name))
-    train_seeds, held_out = task_pools(config.env, config.eval)
-    torch.manual_seed(config.seed)
-    rng = np.random.default_rng(config.seed)
-    policy = build_policy(config.policy.init, config.policy.model, config.policy.view,
-                          make_env, run_dir / "policy" if config.resume else None)
-    folder.start(resolved)
-    if not config.policy.init and not config.resume:
-        policy.tokenizer.save_pretrained(run_dir / "policy")
-    model, tokenizer, turn_format = policy.model, policy.tokenizer, policy.turn_format()
-    backend = HFBackend(model, pad_token_id=tokenizer.pad_token_id or 0)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.optim.lr,
-                                  weight_decay=config.optim.weight_decay)
-    summary: dict[str, Any] = {}
-    start_step = 0
-    cumulative = {"generated": 0, "chain_computed": 0, "computed": 0}
-    if config.resume:
-        state = load_checkpoint(checkpoint, rng)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        start_step = int(state["step"])
-        summary = dict(state.get("summary", {}))
-        cumulative.update(summary.get("cumulative", {}))
-        folder.keep_records_until(start_step)
-    else:
-        if config.policy.warm_start_steps and not config.policy.init:
-            summary["warm_start_loss"] = format_warm_start(policy, make_env, train_seeds,
-                                                           config.policy, rng, reporter)
-        reporter.phase(f"evaluating the starting policy on {config.eval.tasks} held-out tasks")
-        summary["start_eval"] = evaluate(backend, turn_format, make_env,
-                                         held_out[: config.eval.tasks], config.eval,
-                                         config.rollout).as_dict()
-        append_jsonl(run_dir / "metrics.jsonl", {"step": 0, "eval": summary["start_eval"]})
-    ref_model = None
-    if config.optim.loss.kl_coef:
-        ref_model = copy.deepcopy(model).eval()
-        for p in ref_model.parameters():
-            p.requires_grad_(False)
-
-    done = start_step  # the last step whose update was applied
-
-    def save() -> None:
-        summary["cumulative"] = dict(cumulative)
-        save_checkpoint(checkpoint, {"model": model.state_dict(),
-                                     "optimizer": optimizer.state_dict(), "step": done,
-                                     "summary": summary}, rng)
-
-    reporter.phase(f"training with {strategy.name if hasattr(strategy, 'name') else strategy}",
-                   config.optim.steps)
+    folder.check_config(resolved, RESUMABLE_CHANGES, force=config.force)
+    existed = folder.path.exists()
     try:
-        for step in range(start_step + 1, config.optim.steps + 1):
-            tick = time.perf_counter()
-            # 1. sample tasks, 2. roll out
-            tasks = rng.choice(train_seeds, size=config.optim.tasks_per_step, replace=False)
-            model.eval()
-            batch = rollout(tasks, make_env, backend, turn_format, strategy,
-                            config=config.rollout, scorer=scorer, seed=int(rng.integers(2**62)),
-                            first_group_id=step * config.optim.tasks_per_step)
-            rollout_seconds = time.perf_counter() - tick
-            if scorer is not None and hasattr(scorer, "observe"):  # learns online (value scorer)
-                scorer.observe(batch.trees)
-            # 3. rewards and 4. advantages, per task group
-            items = _train_items(batch.trees, estimator, config.optim.drop_zero_variance)
-            # 5. update
-            tick = time.perf_counter()
-            update = _update(model, optimizer, items, config, ref_model, rng)
-            done = step
-            backend.reset_cache()  # cached KV belongs to the old weights
-            update_seconds = time.perf_counter() - tick
-            # 6. log
-            record = _step_record(step, batch.trees, update, rollout_seconds, update_seconds,
-                                  batch.timing, cumulative)
-            if config.eval.every and step % config.eval.every == 0 and step < config.optim.steps:
-                record["eval"] = evaluate(backend, turn_format, make_env,
-                                          held_out[: config.eval.tasks_during], config.eval,
-                                          config.rollout).as_dict()
-            append_jsonl(run_dir / "metrics.jsonl", record)
-            if config.save_trees_every and step % config.save_trees_every == 0:
-                save_tree(batch.trees[0], run_dir / "trees" / f"step_{step:05d}.json")
-            if config.checkpoint_every and step % config.checkpoint_every == 0:
-                save()
-            reporter.advance(step, {"success": record["success_rate"],
-                                    "saved": record["tokens"]["saved_fraction"]})
-    except KeyboardInterrupt:
-        save()
-        summary["interrupted_at_step"] = done + 1
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        run = _Run(config, folder, resolved, reporter)
+    except BaseException:
+        if not existed and not folder.resume:  # a failed start leaves no run folder
+            shutil.rmtree(folder.path, ignore_errors=True)
         raise
-    save()
-    reporter.phase(f"evaluating the trained policy on {config.eval.tasks} held-out tasks")
-    summary["final_eval"] = evaluate(backend, turn_format, make_env, held_out[: config.eval.tasks],
-                                     config.eval, config.rollout).as_dict()
-    summary["steps"] = config.optim.steps
-    summary["generated_tokens"] = cumulative["generated"]
-    append_jsonl(run_dir / "metrics.jsonl", {"step": config.optim.steps, "final": True,
-                                              "eval": summary["final_eval"]})
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    _write_plots(run_dir)
-    return summary
+    return run.train()
+
+
+class _Run:
+    """One training run's state: what :func:`train` builds, steps and checkpoints."""
+
+    def __init__(self, config: TrainConfig, folder: RunFolder, resolved: dict[str, Any],
+                 reporter: Reporter) -> None:
+        self.config, self.folder, self.reporter = config, folder, reporter
+        self.make_env = make_env_factory(config.env)
+        self.strategy = make_strategy(config.strategy)
+        self.estimator = make_estimator(config.advantage)
+        scorer_name = scorer_name_for(config.scorer.name, self.strategy, config.env.name)
+        self.scorer = None
+        if scorer_name:
+            from treeroll.scorers import make_scorer
+
+            self.scorer = make_scorer(replace(config.scorer, name=scorer_name))
+        self.train_seeds, self.held_out = task_pools(config.env, config.eval)
+        torch.manual_seed(config.seed)
+        self.rng = np.random.default_rng(config.seed)
+        run_dir = folder.path
+        policy = build_policy(config.policy.init, config.policy.model, config.policy.view,
+                              self.make_env, run_dir / "policy" if folder.resume else None)
+        state = None
+        if folder.resume:
+            state = load_checkpoint(folder.checkpoint, self.rng)
+            check_state_fits(policy.model, state["model"], folder.checkpoint)
+        folder.start(resolved)
+        if not config.policy.init and not folder.resume:
+            policy.tokenizer.save_pretrained(run_dir / "policy")
+        self.policy, self.model = policy, policy.model
+        self.turn_format = policy.turn_format()
+        self.backend = HFBackend(self.model, pad_token_id=policy.tokenizer.pad_token_id or 0)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.optim.lr,
+                                           weight_decay=config.optim.weight_decay)
+        self.summary: dict[str, Any] = {}
+        self.cumulative = {"generated": 0, "chain_computed": 0, "computed": 0}
+        self.done = 0  # the last step whose update was applied
+        self.updating = False
+        if state is not None:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.done = int(state["step"])
+            self.summary = dict(state.get("summary", {}))
+            self.cumulative.update(self.summary.get("cumulative", {}))
+            folder.keep_records_until(self.done)
+        else:
+            self._start_eval()
+        self.ref_model = None
+        if config.optim.loss.kl_coef:
+            self.ref_model = copy.deepcopy(self.model).eval()
+            for p in self.ref_model.parameters():
+                p.requires_grad_(False)
+        self.scalars = ScalarLog(run_dir, resume_step=self.done if folder.resume else None)
+        if state is None:
+            self.scalars.record(0, {"eval": self.summary["start_eval"]})
+
+    def _start_eval(self) -> None:
+        config = self.config
+        if config.policy.warm_start_steps and not config.policy.init:
+            self.summary["warm_start_loss"] = format_warm_start(
+                self.policy, self.make_env, self.train_seeds, config.policy, self.rng,
+                self.reporter)
+        self.reporter.phase(f"evaluating the starting policy on {config.eval.tasks} held-out "
+                            "tasks")
+        self.summary["start_eval"] = self._evaluate(config.eval.tasks)
+        append_jsonl(self.folder.metrics, {"step": 0, "eval": self.summary["start_eval"]})
+
+    def _evaluate(self, tasks: int) -> dict[str, Any]:
+        return evaluate(self.backend, self.turn_format, self.make_env, self.held_out[:tasks],
+                        self.config.eval, self.config.rollout).as_dict()
+
+    def save(self) -> None:
+        """Checkpoint the state after step ``done`` (atomically)."""
+        self.summary["cumulative"] = dict(self.cumulative)
+        save_checkpoint(self.folder.checkpoint,
+                        {"model": self.model.state_dict(),
+                         "optimizer": self.optimizer.state_dict(), "step": self.done,
+                         "summary": self.summary}, self.rng)
+
+    def train(self) -> dict[str, Any]:
+        """The training loop, then the final evaluation; a crash or Ctrl-C between steps
+        checkpoints the last finished step first (an update is never cut in half: Ctrl-C
+        during one takes effect after it)."""
+        config, run_dir = self.config, self.folder.path
+        name = getattr(self.strategy, "name", type(self.strategy).__name__)
+        self.reporter.phase(f"training with {name}", config.optim.steps)
+        try:
+            with self.scalars:
+                for step in range(self.done + 1, config.optim.steps + 1):
+                    self._step(step)
+                    if step % config.checkpoint_every == 0:
+                        self.save()
+                self.save()
+                self.reporter.phase(f"evaluating the trained policy on {config.eval.tasks} "
+                                    "held-out tasks")
+                self.summary["final_eval"] = self._evaluate(config.eval.tasks)
+                self.scalars.record(config.optim.steps, {"eval": self.summary["final_eval"]})
+        except BaseException:
+            if not self.updating:  # else the last periodic checkpoint stands
+                self.save()
+            self.summary["interrupted_at_step"] = self.done + 1
+            (run_dir / "summary.json").write_text(json.dumps(self.summary, indent=2))
+            raise
+        self.summary["steps"] = config.optim.steps
+        self.summary["generated_tokens"] = self.cumulative["generated"]
+        self.summary["finished"] = True
+        append_jsonl(self.folder.metrics, {"step": config.optim.steps, "final": True,
+                                           "eval": self.summary["final_eval"]})
+        (run_dir / "summary.json").write_text(json.dumps(self.summary, indent=2))
+        _write_plots(run_dir)
+        return self.summary
+
+    def _step(self, step: int) -> None:
+        config, run_dir = self.config, self.folder.path
+        tick = time.perf_counter()
+        # 1. sample tasks, 2. roll out
+        tasks = self.rng.choice(self.train_seeds, size=config.optim.tasks_per_step,
+                                replace=False)
+        self.model.eval()
+        batch = rollout(tasks, self.make_env, self.backend, self.turn_format, self.strategy,
+                        config=config.rollout, scorer=self.scorer,
+                        seed=int(self.rng.integers(2**62)),
+                        first_group_id=step * config.optim.tasks_per_step)
+        rollout_seconds = time.perf_counter() - tick
+        if self.scorer is not None and hasattr(self.scorer, "observe"):  # value scorer
+            self.scorer.observe(batch.trees)
+        # 3. rewards and 4. advantages, per task group
+        items = _train_items(batch.trees, self.estimator, config.optim.drop_zero_variance)
+        # 5. update, whole: Ctrl-C during it is taken after it
+        tick = time.perf_counter()
+        self.updating = True  # a crash now may leave the weights half updated: not saved
+        with deferred_interrupt():
+            update = _update(self.model, self.optimizer, items, config, self.ref_model,
+                             self.rng)
+            self.done, self.updating = step, False
+        self.backend.reset_cache()  # cached KV belongs to the old weights
+        update_seconds = time.perf_counter() - tick
+        # 6. log
+        record = _step_record(step, batch.trees, update, rollout_seconds, update_seconds,
+                              batch.timing, self.cumulative)
+        if config.eval.every and step % config.eval.every == 0 and step < config.optim.steps:
+            record["eval"] = self._evaluate(config.eval.tasks_during)
+        append_jsonl(self.folder.metrics, record)
+        self.scalars.record(step, record)
+        if config.save_trees_every and step % config.save_trees_every == 0:
+            save_tree(batch.trees[0], run_dir / "trees" / f"step_{step:05d}.json")
+        self.reporter.advance(step, {"success": record["success_rate"],
+                                     "reward": record["reward_mean"],
+                                     "tokens": self.cumulative["generated"],
+                                     "saved": record["tokens"]["saved_fraction"],
+                                     "loss": record.get("loss", 0.0)})
 
 
 def _train_items(trees: list[RolloutTree], estimator: Any, drop_zero_variance: bool

@@ -1,0 +1,124 @@
+"""Checks of configuration values, declared beside each field and run before any work starts.
+
+A field declares what is valid with :func:`checked` (a ``dataclasses.field`` carrying the rule
+in its metadata)::
+
+    lr: float = checked(1e-3, gt=0)
+    normalisation: str = checked("token_mean", choices=("token_mean", "sequence_mean"))
+
+:func:`validate` walks a config (nested dataclasses included) and raises one
+:class:`ConfigError` listing every invalid value with its option's name (``--optim.lr``), the
+value and what is valid. The entry points (``train``, ``run_sft``, ``run_compare``,
+``rollout``) call it first, so a bad value fails before a model is built or a run folder is
+made. This module imports nothing from treeroll, so every config module can use it.
+
+Written here rather than taken from pydantic or attrs validators: the configs are plain
+dataclasses (tyro builds the command line from them), and the error must name the option as the
+command line spells it, which only the walk from the top-level config knows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Check", "ConfigError", "checked", "option_name", "validate"]
+
+
+class ConfigError(ValueError):
+    """Invalid settings; ``problems`` holds one ``(option, message)`` pair each."""
+
+    def __init__(self, problems: Sequence[tuple[str, str]]) -> None:
+        self.problems = list(problems)
+        lines = [f"{option} {message}" for option, message in self.problems]
+        head = "invalid setting" if len(lines) == 1 else f"{len(lines)} invalid settings"
+        super().__init__(head + ":\n  " + "\n  ".join(lines))
+
+
+@dataclass(frozen=True)
+class Check:
+    """What a field accepts: numeric bounds (``ge``/``gt``/``le``/``lt``) or a set of
+    ``choices``; ``None`` passes when the field allows it (its default is ``None`` or
+    ``optional``)."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    choices: tuple[Any, ...] | None = None
+    optional: bool = False
+
+    def describe(self) -> str:
+        """What is valid, in words."""
+        if self.choices is not None:
+            return "one of " + ", ".join(repr(c) for c in self.choices)
+        parts = [f"{sign} {bound:g}" for sign, bound in
+                 ((">=", self.ge), (">", self.gt), ("<=", self.le), ("<", self.lt))
+                 if bound is not None]
+        text = " and ".join(parts)
+        return text + " (or null)" if self.optional else text
+
+    def problem(self, value: Any) -> str | None:
+        """``None`` when ``value`` is valid, else what is wrong with it."""
+        if value is None:
+            return None if self.optional else f"is null; must be {self.describe()}"
+        if self.choices is not None:
+            return None if value in self.choices else f"is {value!r}; must be {self.describe()}"
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"is {value!r}; must be a number {self.describe()}"
+        bad = (not math.isfinite(value)
+               or (self.ge is not None and not value >= self.ge)
+               or (self.gt is not None and not value > self.gt)
+               or (self.le is not None and not value <= self.le)
+               or (self.lt is not None and not value < self.lt))
+        return f"is {value!r}; must be {self.describe()}" if bad else None
+
+
+def checked(default: Any = dataclasses.MISSING, *,
+            default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
+            ge: float | None = None, gt: float | None = None, le: float | None = None,
+            lt: float | None = None, choices: Sequence[Any] | None = None) -> Any:
+    """A dataclass field whose valid values :func:`validate` checks (see the module doc)."""
+    rule = Check(ge=ge, gt=gt, le=le, lt=lt,
+                 choices=tuple(choices) if choices is not None else None,
+                 optional=default is None)
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata={"check": rule})
+    return dataclasses.field(default=default, metadata={"check": rule})
+
+
+def option_name(path: str) -> str:
+    """The command-line spelling of a dotted config path (``optim.tasks_per_step`` ->
+    ``--optim.tasks-per-step``)."""
+    return "--" + path.replace("_", "-")
+
+
+def problems(config: Any, where: str = "") -> list[tuple[str, str]]:
+    """Every ``(option, message)`` of ``config``'s declared checks, nested configs
+    included."""
+    found: list[tuple[str, str]] = []
+    if not dataclasses.is_dataclass(config) or isinstance(config, type):
+        return found
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        path = f"{where}.{f.name}" if where else f.name
+        rule = f.metadata.get("check")
+        if isinstance(rule, Check):
+            message = rule.problem(value)
+            if message:
+                found.append((option_name(path), message))
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            found += problems(value, path)
+    return found
+
+
+def validate(config: Any, where: str = "",
+             extra: Sequence[tuple[str, str]] = ()) -> None:
+    """Raise :class:`ConfigError` if any declared check of ``config`` fails, or ``extra``
+    (cross-field problems the caller found) is not empty."""
+    found = problems(config, where) + list(extra)
+    if found:
+        raise ConfigError(found)

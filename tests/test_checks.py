@@ -1,0 +1,82 @@
+"""Every input is checked before work starts: the error names the option, the value and
+what is valid, and a refused start leaves no run folder."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from treeroll.checks import ConfigError, checked, validate
+from treeroll.cli import main
+from treeroll.config import TrainConfig, check_config
+from treeroll.training.sft import SFTConfig
+
+
+@pytest.mark.parametrize(("option", "value", "valid"), [
+    ("--optim.tasks-per-step", "0", "must be >= 1"),
+    ("--optim.steps", "-3", "must be >= 1"),
+    ("--eval.tasks", "0", "must be >= 1"),
+    ("--rollout.temperature", "-2", "must be >= 0"),
+    ("--optim.lr", "-1", "must be > 0"),
+    ("--rollout.top-p", "1.5", "must be > 0 and <= 1"),
+    ("--optim.loss.normalisation", "tokens", "one of 'token_mean', 'seq_mean'"),
+    ("--advantage.std", "pop", "one of 'population', 'sample'"),
+    ("--strategy.name", "tree-grpo", "valid: chain, patr, random_tree, tree_grpo"),
+    ("--advantage.name", "ppo", "valid: dr_grpo, grpo, rloo, tree"),
+    ("--policy.view", "grid", "valid: cell_coordinates"),
+    ("--policy.init", "no/such/folder", "no such folder"),
+    ("--optim.tasks-per-step", "500", "more than the training pool's 200"),
+])
+def test_a_bad_value_is_named_before_any_run_folder_exists(tmp_path, capsys, option, value,
+                                                          valid) -> None:
+    code = main(["train", "--config", "configs/tiny.yaml", "--runs-dir", str(tmp_path),
+                 "--name", "bad", option, value])
+    err = " ".join(capsys.readouterr().err.split())  # rich wraps long lines
+    assert code == 2
+    assert option in err and value in err and valid in err
+    assert not (tmp_path / "bad").exists()
+
+
+def test_every_problem_is_listed_at_once() -> None:
+    config = TrainConfig()
+    config.optim.lr, config.eval.tasks, config.strategy.name = -1.0, 0, "nope"
+    with pytest.raises(ConfigError) as caught:
+        check_config(config)
+    options = [option for option, _ in caught.value.problems]
+    assert options == ["--optim.lr", "--eval.tasks", "--strategy.name"]
+    assert "3 invalid settings" in str(caught.value)
+
+
+def test_the_defaults_and_the_shipped_configs_are_valid() -> None:
+    from treeroll.config import load_config
+
+    check_config(TrainConfig())
+    check_config(SFTConfig(), SFTConfig().data.problems())
+    for name in ("frozenlake_rllm", "tiny", "frozenlake_ragen"):
+        check_config(load_config(f"configs/{name}.yaml"))
+    check_config(load_config("configs/sft_frozenlake.yaml", SFTConfig))
+
+
+def test_sft_inputs_are_checked_with_their_names(tmp_path, capsys) -> None:
+    code = main(["sft", "--runs-dir", str(tmp_path), "--name", "bad", "--data.skill", "1.5",
+                 "--data.source", "jsonl"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "--data.skill is 1.5; must be >= 0 and <= 1" in err
+    assert "--data.path is not set" in err and not (tmp_path / "bad").exists()
+
+
+def test_checked_fields_accept_null_only_when_their_default_is_null() -> None:
+    @dataclasses.dataclass
+    class Example:
+        limit: int | None = checked(None, ge=1)
+        size: float = checked(1.0, gt=0, le=2)
+
+    validate(Example())
+    validate(Example(limit=3, size=2.0))
+    with pytest.raises(ConfigError, match="--limit is 0; must be >= 1 \\(or null\\)"):
+        validate(Example(limit=0))
+    with pytest.raises(ConfigError, match="--size is nan"):
+        validate(Example(size=float("nan")))
+    with pytest.raises(ConfigError, match="--size is null; must be > 0 and <= 2"):
+        validate(Example(size=None))  # type: ignore[arg-type]
