@@ -12,6 +12,7 @@ import pytest
 
 from treeroll.tree import NodeStatus, RolloutTree, load_tree, save_tree
 from treeroll.viz import (
+    metrics_figure,
     plot_compare,
     plot_metrics,
     render_tree_html,
@@ -189,3 +190,81 @@ def test_plot_compare(tmp_path: Path) -> None:
     out = plot_compare(results, tmp_path / "c.png")
     data = out.read_bytes()
     assert data.startswith(PNG_MAGIC) and len(data) > 10_000
+
+
+def _training_log(path: Path, rewards_differ: bool = False) -> Path:
+    """A run's metrics: step-0 evaluation, 20 steps (step 10 with an evaluation on fewer
+    tasks, reward_mean == success_rate as on FrozenLake unless told), the final evaluation."""
+    records: list[dict] = [{"step": 0, "eval": {"success_rate": 0.5, "ci95_low": 0.44,
+                                                "ci95_high": 0.56, "tasks": 256}}]
+    for step in range(1, 21):
+        success = 0.4 + 0.01 * step
+        record = {"step": step, "success_rate": success, "loss": 1.0 / step,
+                  "reward_mean": success + (0.1 if rewards_differ else 0.0),
+                  "generated_tokens": 100 * step, "final": False}
+        if step == 10:
+            record["eval"] = {"success_rate": 0.5625, "ci95_low": 0.33, "ci95_high": 0.77,
+                              "tasks": 16}
+        records.append(record)
+    records.append({"step": 20, "final": True, "eval": {"success_rate": 0.625,
+                                                         "ci95_low": 0.56, "ci95_high": 0.68,
+                                                         "tasks": 256}})
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+KEYS = ("success_rate", "reward_mean", "loss", "entropy", "generated_tokens")
+
+
+def test_plot_metrics_draws_held_out_evaluations_with_their_intervals(tmp_path: Path) -> None:
+    from matplotlib.container import ErrorbarContainer
+
+    log = _training_log(tmp_path / "metrics.jsonl")
+    assert plot_metrics(log, tmp_path / "m.png", keys=KEYS).read_bytes().startswith(PNG_MAGIC)
+    success = metrics_figure(log, keys=KEYS).axes[0]
+    (bars,) = [c for c in success.containers if isinstance(c, ErrorbarContainer)]
+    points, _, (ranges,) = bars.lines
+    assert list(points.get_xdata()) == [0, 10, 20]
+    assert list(points.get_ydata()) == [0.5, 0.5625, 0.625]
+    drawn = [value for (x0, low), (_, high) in ranges.get_segments()
+             for value in (x0, low, high)]
+    assert drawn == pytest.approx([0, 0.44, 0.56, 10, 0.33, 0.77, 20, 0.56, 0.68])
+    assert [t.get_text() for t in success.texts] == ["n=256", "n=16", "n=256"]
+    training = [line for line in success.get_lines() if line.get_label().startswith("training")]
+    assert list(training[0].get_ydata()) == pytest.approx([0.4 + 0.01 * s for s in range(1, 21)])
+    assert len(training) == 2  # per step and its moving average
+
+
+def test_plot_metrics_skips_a_series_identical_to_an_earlier_panel(tmp_path: Path) -> None:
+    same = metrics_figure(_training_log(tmp_path / "same.jsonl"), keys=KEYS)
+    titles = [ax.get_title() for ax in same.axes if ax.get_visible()]
+    assert titles == ["success_rate (= reward_mean)", "loss", "generated_tokens"]
+    differ = metrics_figure(_training_log(tmp_path / "differ.jsonl", rewards_differ=True),
+                            keys=KEYS)
+    titles = [ax.get_title() for ax in differ.axes if ax.get_visible()]
+    assert titles == ["success_rate", "reward_mean", "loss", "generated_tokens"]
+
+
+def test_plot_metrics_places_held_out_points_against_tokens(tmp_path: Path) -> None:
+    from matplotlib.container import ErrorbarContainer
+
+    log = _training_log(tmp_path / "metrics.jsonl")
+    success = metrics_figure(log, keys=KEYS, x="generated_tokens").axes[0]
+    (bars,) = [c for c in success.containers if isinstance(c, ErrorbarContainer)]
+    # the step-0 evaluation at the start, the final one at the last step's tokens
+    assert list(bars.lines[0].get_xdata()) == [0, 1000, 2000]
+
+
+def test_plot_metrics_held_out_only_log(tmp_path: Path) -> None:
+    """An SFT log: loss per step and evaluations, no training success: a success panel of
+    held-out points alone."""
+    log = tmp_path / "sft.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"step": 0, "eval": {"success_rate": 0.0, "ci95_low": 0.0, "ci95_high": 0.1,
+                             "tasks": 32}},
+        {"step": 5, "loss": 2.0},
+        {"step": 5, "final": True, "eval": {"success_rate": 0.25, "ci95_low": 0.1,
+                                            "ci95_high": 0.4, "tasks": 32}}]))
+    figure = metrics_figure(log)
+    assert [ax.get_title() for ax in figure.axes if ax.get_visible()] == ["success_rate", "loss"]
+    assert [t.get_text() for t in figure.axes[0].texts] == ["n=32", "n=32"]

@@ -15,57 +15,15 @@ from typing import Any, TypeVar
 
 import tyro
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
 from treeroll.config import TrainConfig, load_config
+from treeroll.reporting import make_reporter
 
 __all__ = ["main"]
 
 console = Console(stderr=True)
 T = TypeVar("T")
-
-
-class RichReporter:
-    """Progress bars with ETA, live success rate and share of tokens saved."""
-
-    def __init__(self, progress: Progress) -> None:
-        self.progress = progress
-        self.task: TaskID | None = None
-
-    def phase(self, text: str, total: int | None = None) -> None:
-        """Start a new bar (or a spinner line when ``total`` is unknown)."""
-        if self.task is not None:
-            self.progress.update(self.task, visible=total is not None or False)
-            self.progress.stop_task(self.task)
-        self.task = self.progress.add_task(text, total=total, info="")
-
-    def advance(self, done: int, info: dict[str, Any]) -> None:
-        """Move the bar and show the live figures."""
-        if self.task is None:
-            return
-        parts = []
-        if "success" in info:
-            parts.append(f"success {info['success']:.2f}")
-        if "saved" in info:
-            parts.append(f"tokens saved {100 * info['saved']:.0f}%")
-        if "loss" in info:
-            parts.append(f"loss {info['loss']:.3f}")
-        self.progress.update(self.task, completed=done, info="  ".join(parts))
-
-
-def _progress() -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                    TextColumn("{task.fields[info]}"), console=console)
 
 
 def _parse(cls: type[T], args: list[str], description: str, config_cls: Any = None) -> T:
@@ -96,12 +54,13 @@ def _parse(cls: type[T], args: list[str], description: str, config_cls: Any = No
 
 
 def _run(run: Any, config: Any) -> int:
-    """Run ``run(config, reporter)`` under progress bars; print its summary, or on Ctrl-C
-    where its checkpoint is (only if one was written)."""
+    """Run ``run(config, reporter)`` under progress bars (plain lines when stderr is not a
+    terminal); print its summary, or on Ctrl-C where its checkpoint is (only if one was
+    written)."""
     run_dir = Path(config.runs_dir) / config.name
-    with _progress() as progress:
+    with make_reporter(console) as reporter:
         try:
-            summary = run(config, RichReporter(progress))
+            summary = run(config, reporter)
         except KeyboardInterrupt:
             if (run_dir / "checkpoints" / "last.pt").exists():
                 console.print(f"[yellow]interrupted: checkpoint and metrics are in {run_dir}; "
@@ -192,10 +151,10 @@ def cmd_eval(args: list[str]) -> int:
         turn_format, make_env = policy.turn_format(), make_env_factory(config.env)
     config.eval = replace(config.eval, tasks=command.tasks, temperature=command.temperature)
     _, held_out = task_pools(config.env, config.eval)
-    with _progress() as progress:
-        RichReporter(progress).phase(f"evaluating {command.tasks} held-out tasks")
+    with make_reporter(console) as reporter:
+        reporter.phase(f"evaluating {command.tasks} held-out tasks", command.tasks)
         result = evaluate(backend, turn_format, make_env, held_out[: command.tasks], config.eval,
-                          config.rollout)
+                          config.rollout, reporter=reporter)
     print(json.dumps(result.as_dict()))
     return 0
 
@@ -265,8 +224,8 @@ def cmd_compare(args: list[str]) -> int:
     from treeroll.compare import CompareConfig, run_compare
 
     command = _parse(CompareConfig, args, CompareConfig.__doc__ or "")
-    with _progress() as progress:
-        report = run_compare(command, RichReporter(progress))
+    with make_reporter(console) as reporter:
+        report = run_compare(command, reporter)
     print(report)
     return 0
 

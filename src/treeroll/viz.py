@@ -29,6 +29,7 @@ from treeroll.tree import Node, NodeStatus, RolloutTree, TokenCounts, load_tree,
 
 __all__ = [
     "DEFAULT_METRIC_KEYS",
+    "metrics_figure",
     "plot_compare",
     "plot_metrics",
     "render_tree_html",
@@ -519,45 +520,148 @@ def _empty_figure(message: str) -> Figure:
     return fig
 
 
+@dataclass(frozen=True)
+class _HeldOutPoint:
+    """One held-out evaluation in a metrics log (a record's ``eval`` dict), where it is drawn."""
+
+    x: float
+    """Its record's ``x``; for a record without one (the step-0 and final evaluations when
+    plotting against tokens), the ``x`` of the record before it, or 0 at the start."""
+    success_rate: float
+    low: float
+    """95% Wilson interval (``ci95_low``, ``ci95_high``; the rate itself when absent)."""
+    high: float
+    tasks: int | None
+    final: bool
+
+
+def _held_out_points(raw: list[dict[str, Any]], positions: list[float | None]
+                     ) -> list[_HeldOutPoint]:
+    points, last = [], 0.0
+    for record, position in zip(raw, positions, strict=True):
+        last = position if position is not None else last
+        held_out = record.get("eval")
+        rate = _number(held_out.get("success_rate")) if isinstance(held_out, dict) else None
+        if rate is None or not isinstance(held_out, dict):
+            continue
+        low, high, tasks = (_number(held_out.get(k)) for k in ("ci95_low", "ci95_high", "tasks"))
+        points.append(_HeldOutPoint(last, rate, rate if low is None else low,
+                                   rate if high is None else high,
+                                   None if tasks is None else int(tasks),
+                                   record.get("final") is True))
+    return points
+
+
+def _moving_average(values: Sequence[float]) -> tuple[int, list[float]]:
+    """Trailing mean over ``window`` steps (an eighth of the run, 3 to 50), from the first full
+    window on; no average for a run no longer than one window."""
+    window = min(50, max(3, len(values) // 8))
+    if len(values) <= window:
+        return window, []
+    sums = list(itertools.accumulate(values, initial=0.0))
+    return window, [(sums[i] - sums[i - window]) / window for i in range(window, len(sums))]
+
+
+def _draw_success(ax: Any, series: list[tuple[float, float]],
+                  held_out: list[_HeldOutPoint]) -> None:
+    """Training success per step, its moving average, and the held-out evaluations with their
+    Wilson intervals, each labelled with its task count where that count changes."""
+    if series:
+        xs, ys = [p[0] for p in series], [p[1] for p in series]
+        ax.plot(xs, ys, marker="." if len(xs) < 60 else "", linewidth=0.9, alpha=0.45,
+                color="#56b4e9", label="training (per step)")
+        window, averaged = _moving_average(ys)
+        if averaged:
+            ax.plot(xs[window - 1:], averaged, linewidth=1.8, color="#0072b2",
+                    label=f"training ({window}-step mean)")
+    if held_out:
+        ex = [p.x for p in held_out]
+        ey = [p.success_rate for p in held_out]
+        below = [max(0.0, p.success_rate - p.low) for p in held_out]
+        above = [max(0.0, p.high - p.success_rate) for p in held_out]
+        ax.errorbar(ex, ey, yerr=[below, above], fmt="o", markersize=4, capsize=3,
+                    color="#d55e00", label="held-out (95% Wilson interval)")
+        previous = None
+        for index, point in enumerate(held_out):
+            if point.tasks is not None and (point.tasks != previous
+                                            or index == len(held_out) - 1):
+                ax.annotate(f"n={point.tasks}", (point.x, point.high), xytext=(0, 3),
+                            textcoords="offset points", ha="center", fontsize=7,
+                            color="#d55e00")
+            previous = point.tasks
+    ax.set_ylim(-0.03, 1.08)
+    ax.legend(fontsize=7, loc="best")
+
+
+def metrics_figure(metrics_jsonl_path: str | Path, keys: Sequence[str] = DEFAULT_METRIC_KEYS,
+                   *, x: str = "step") -> Figure:
+    """The figure :func:`plot_metrics` saves (see there); for a caller who wants to inspect
+    or restyle it."""
+    source = Path(metrics_jsonl_path)
+    raw = _read_jsonl(source)
+    records = [r for r in raw if _number(r.get(x)) is not None]
+    xs = [float(r[x]) for r in records]
+    if any(later < earlier for earlier, later in itertools.pairwise(xs)):
+        xs = list(itertools.accumulate(xs))  # per-step counts -> cumulative
+    by_record = {id(r): px for r, px in zip(records, xs, strict=True)}
+    held_out = _held_out_points(raw, [by_record.get(id(r)) for r in raw])
+    panels: dict[str, list[tuple[float, float]]] = {}  # key -> its (x, value) series
+    aliases: dict[str, list[str]] = {}  # key -> later keys with the identical series
+    for key in keys:
+        if key == x or key in panels:
+            continue
+        series = [(px, value) for px, r in zip(xs, records, strict=True)
+                  if (value := _number(r.get(key))) is not None]
+        same = next((earlier for earlier, drawn in panels.items() if series and drawn == series),
+                    None)
+        if same is not None:
+            aliases[same].append(key)
+        elif series or (key == "success_rate" and held_out):
+            panels[key], aliases[key] = series, []
+    if not panels:
+        warnings.warn(f"{source}: no records with both {x!r} and any of {list(keys)}",
+                      stacklevel=2)
+        return _empty_figure(f"{source.name}: nothing to plot against {x!r}")
+    columns = min(3, len(panels))
+    rows = math.ceil(len(panels) / columns)
+    fig = Figure(figsize=(4.2 * columns, 3.0 * rows), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, columns, squeeze=False)
+    for index, (key, series) in enumerate(panels.items()):
+        ax = axes[index // columns][index % columns]
+        if key == "success_rate":
+            _draw_success(ax, series, held_out)
+        else:
+            ax.plot([p[0] for p in series], [p[1] for p in series],
+                    marker="." if len(series) < 60 else "", linewidth=1.4, color="#0072b2")
+        same = f" (= {', '.join(aliases[key])})" if aliases[key] else ""
+        ax.set_title(f"{key}{same}", fontsize=10)
+        ax.set_xlabel(x.replace("_", " "))
+        ax.grid(alpha=0.3)
+    for index in range(len(panels), rows * columns):
+        axes[index // columns][index % columns].set_visible(False)
+    fig.suptitle(f"{source.name} ({len(records)} records)", fontsize=11)
+    return fig
+
+
 def plot_metrics(metrics_jsonl_path: str | Path, out_png: str | Path,
                  keys: Sequence[str] = DEFAULT_METRIC_KEYS, *, x: str = "step") -> Path:
     """Plot each of ``keys`` present in a metrics JSONL log against ``x``; return the PNG path.
 
-    One subplot per key found in at least one record. ``x`` is a record key, ``step`` (default)
-    or e.g. ``generated_tokens``; it should be cumulative; if it ever decreases it is taken to
-    be a per-step count and summed. Blank lines and records lacking ``x`` are skipped; corrupt
-    lines are skipped with a warning. A log with nothing to plot gives a PNG saying so.
+    One subplot per key found in at least one record, except a key whose series is identical
+    to an earlier panel's (on FrozenLake ``reward_mean`` is ``success_rate``): that panel's
+    title names it instead. The ``success_rate`` panel shows training success per step with
+    its moving average and the held-out evaluations (records with an ``eval`` dict: the
+    step-0, periodic and final ones) as points with their 95% Wilson intervals, labelled with
+    their task counts. ``x`` is a record key, ``step`` (default) or e.g. ``generated_tokens``;
+    it should be cumulative; if it ever decreases it is taken to be a per-step count and
+    summed. Blank lines and records lacking ``x`` are skipped (an evaluation in such a record
+    is drawn at the ``x`` of the record before it); corrupt lines are skipped with a warning.
+    A log with nothing to plot gives a PNG saying so.
     """
-    source, out = Path(metrics_jsonl_path), Path(out_png)
+    out = Path(out_png)
     out.parent.mkdir(parents=True, exist_ok=True)
-    records = [r for r in _read_jsonl(source) if _number(r.get(x)) is not None]
-    xs = [float(r[x]) for r in records]
-    if any(later < earlier for earlier, later in itertools.pairwise(xs)):
-        xs = list(itertools.accumulate(xs))  # per-step counts -> cumulative
-    present = [k for k in keys if k != x and any(_number(r.get(k)) is not None for r in records)]
-    if not present:
-        warnings.warn(f"{source}: no records with both {x!r} and any of {list(keys)}",
-                      stacklevel=2)
-        _empty_figure(f"{source.name}: nothing to plot against {x!r}").savefig(out, format="png")
-        return out
-    columns = min(3, len(present))
-    rows = math.ceil(len(present) / columns)
-    fig = Figure(figsize=(4.2 * columns, 3.0 * rows), layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(rows, columns, squeeze=False)
-    for index, key in enumerate(present):
-        ax = axes[index // columns][index % columns]
-        points = [(px, _number(r.get(key))) for px, r in zip(xs, records, strict=True)]
-        kept = [(px, py) for px, py in points if py is not None]
-        ax.plot([p[0] for p in kept], [p[1] for p in kept], marker="." if len(kept) < 60 else "",
-                linewidth=1.4, color="#0072b2")
-        ax.set_title(key, fontsize=10)
-        ax.set_xlabel(x.replace("_", " "))
-        ax.grid(alpha=0.3)
-    for index in range(len(present), rows * columns):
-        axes[index // columns][index % columns].set_visible(False)
-    fig.suptitle(f"{source.name} ({len(records)} records)", fontsize=11)
-    fig.savefig(out, format="png", dpi=110)
+    metrics_figure(metrics_jsonl_path, keys, x=x).savefig(out, format="png", dpi=110)
     return out
 
 

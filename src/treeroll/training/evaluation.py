@@ -24,7 +24,8 @@ __all__ = ["EvalResult", "Reporter", "Silent", "evaluate", "task_pools", "wilson
 
 
 class Reporter(Protocol):
-    """Receives progress (the CLI shows it with rich progress bars)."""
+    """Receives progress (the CLI shows it with :mod:`treeroll.reporting`: rich progress bars
+    on a terminal, plain lines otherwise)."""
 
     def phase(self, text: str, total: int | None = None) -> None:
         """A new phase starts (warm start, evaluation, training)."""
@@ -96,14 +97,24 @@ def task_pools(env: EnvConfig, evaluation: EvalConfig) -> tuple[np.ndarray, np.n
 
 def evaluate(backend: GenerationBackend, turn_format: TurnFormat, make_env: Callable[[], Env],
              seeds: Sequence[int] | np.ndarray, config: EvalConfig,
-             rollout_config: RolloutConfig, seed: int = 0) -> EvalResult:
+             rollout_config: RolloutConfig, seed: int = 0,
+             reporter: Reporter | None = None) -> EvalResult:
     """Success rate of one trajectory per held-out task (greedy when
-    ``config.temperature`` is 0), and the share of well-formed replies."""
+    ``config.temperature`` is 0), and the share of well-formed replies.
+
+    With a ``reporter`` (whose phase the caller starts, with ``len(seeds)`` as its total) it
+    advances by finished tasks after every turn, and to ``len(seeds)`` with the ``success``
+    rate at the end."""
     settings = replace(rollout_config, temperature=config.temperature, max_leaves=None,
                        max_generated_tokens=None)
+
+    def on_turn(turn: int, live: int) -> None:
+        if reporter is not None and live:  # one live trajectory per unfinished task
+            reporter.advance(len(seeds) - live, {})
+
     backend.reset_cache()
     batch = rollout(seeds, make_env, backend, turn_format, Chain(group_size=1),
-                    config=settings, seed=seed)
+                    config=settings, seed=seed, on_turn=on_turn)
     backend.reset_cache()
     final = [leaf for tree in batch.trees for leaf in leaves(tree)]
     successes = [bool(leaf.info.get("success")) for leaf in final]
@@ -111,5 +122,7 @@ def evaluate(backend: GenerationBackend, turn_format: TurnFormat, make_env: Call
     turns = [node for leaf in final for node in path_to(leaf)[1:]]
     well_formed = sum(not node.info.get("format_error", False) for node in turns)
     low, high = wilson_interval(wins, len(seeds))
+    if reporter is not None:
+        reporter.advance(len(seeds), {"success": wins / max(len(seeds), 1)})
     return EvalResult(wins / max(len(seeds), 1), low, high, len(seeds), config.temperature,
                       well_formed / max(len(turns), 1), successes)
