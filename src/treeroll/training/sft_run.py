@@ -168,10 +168,12 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
     summary: dict[str, Any] = {"skipped_lines": skipped} if skipped else {}
 
     def held_out_eval(tasks: int) -> dict[str, float]:
+        """Evaluate after a ``reporter.phase(text, tasks)``: progress per task."""
         tick = time.perf_counter()
         model.eval()
         result = evaluate(backend, turn_format, make_env, held_out[:tasks],
-                          replace(config.eval, tasks=tasks), config.rollout).as_dict()
+                          replace(config.eval, tasks=tasks), config.rollout,
+                          reporter=reporter).as_dict()
         summary["eval_seconds"] = summary.get("eval_seconds", 0.0) + time.perf_counter() - tick
         return result
 
@@ -182,7 +184,8 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
         state.step, summary = int(saved["step"]), dict(saved["summary"])
         folder.keep_records_until(state.step)
     elif config.eval.tasks:
-        reporter.phase(f"evaluating the starting policy on {config.eval.tasks} held-out tasks")
+        reporter.phase(f"evaluating the starting policy on {config.eval.tasks} held-out tasks",
+                       config.eval.tasks)
         summary["start_eval"] = held_out_eval(config.eval.tasks)
         append_jsonl(folder.metrics, {"step": 0, "eval": summary["start_eval"]})
 
@@ -226,7 +229,8 @@ def _loop(config: SFTConfig, folder: RunFolder, model: Any, optimizer: Any,
         if step % config.log_every == 0 or step == config.optim.steps:
             append_jsonl(folder.metrics, record)
         if config.eval.every and step % config.eval.every == 0 and step < config.optim.steps:
-            reporter.phase(f"evaluating step {step} on {config.eval.tasks_during} tasks")
+            reporter.phase(f"evaluating step {step} on {config.eval.tasks_during} tasks",
+                           config.eval.tasks_during)
             append_jsonl(folder.metrics, {"step": step,
                                           "eval": held_out_eval(config.eval.tasks_during)})
             reporter.phase(phase, config.optim.steps)
@@ -240,7 +244,7 @@ def _finish(config: SFTConfig, folder: RunFolder, policy: Policy, summary: dict[
             ) -> dict[str, Any]:
     if config.eval.tasks:
         reporter.phase(f"evaluating the fine-tuned policy on {config.eval.tasks} held-out "
-                       "tasks")
+                       "tasks", config.eval.tasks)
         summary["final_eval"] = held_out_eval(config.eval.tasks)
         append_jsonl(folder.metrics, {"step": config.optim.steps, "final": True,
                                       "eval": summary["final_eval"]})

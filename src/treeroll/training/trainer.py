@@ -145,14 +145,19 @@ class _Run:
             self.summary["warm_start_loss"] = format_warm_start(
                 self.policy, self.make_env, self.train_seeds, config.policy, self.rng,
                 self.reporter)
-        self.reporter.phase(f"evaluating the starting policy on {config.eval.tasks} held-out "
-                            "tasks")
-        self.summary["start_eval"] = self._evaluate(config.eval.tasks)
+        self.summary["start_eval"] = self._evaluate(config.eval.tasks, "the starting policy")
         append_jsonl(self.folder.metrics, {"step": 0, "eval": self.summary["start_eval"]})
 
-    def _evaluate(self, tasks: int) -> dict[str, Any]:
+    def _evaluate(self, tasks: int, what: str | None = None) -> dict[str, Any]:
+        """Held-out evaluation on the first ``tasks`` tasks; a phase of its own with
+        per-task progress when ``what`` names it (not during training: the training bar
+        goes on)."""
+        reporter = None
+        if what is not None:
+            reporter = self.reporter
+            reporter.phase(f"evaluating {what} on {tasks} held-out tasks", tasks)
         return evaluate(self.backend, self.turn_format, self.make_env, self.held_out[:tasks],
-                        self.config.eval, self.config.rollout).as_dict()
+                        self.config.eval, self.config.rollout, reporter=reporter).as_dict()
 
     def save(self) -> None:
         """Checkpoint the state after step ``done`` (atomically)."""
@@ -176,9 +181,8 @@ class _Run:
                     if step % config.checkpoint_every == 0:
                         self.save()
                 self.save()
-                self.reporter.phase(f"evaluating the trained policy on {config.eval.tasks} "
-                                    "held-out tasks")
-                self.summary["final_eval"] = self._evaluate(config.eval.tasks)
+                self.summary["final_eval"] = self._evaluate(config.eval.tasks,
+                                                            "the trained policy")
                 self.scalars.record(config.optim.steps, {"eval": self.summary["final_eval"]})
         except BaseException:
             if not self.updating:  # else the last periodic checkpoint stands
