@@ -181,3 +181,71 @@ def test_sft_command_writes_metrics_and_a_loadable_policy(tmp_path: Path) -> Non
                        check=False)
     assert failed.returncode == 2 and "bad.jsonl:1" in failed.stderr
     assert not (runs / "t").exists()
+
+
+def _run_folder(path: Path, **rollout: int) -> Path:
+    """A run folder as `treeroll train` leaves it (config.yaml, checkpoints/last.pt), with
+    configs/tiny.yaml's settings and ``rollout`` changed, without training."""
+    from dataclasses import replace
+
+    import yaml
+
+    from treeroll.config import config_to_dict
+    from treeroll.plugins import make_env_factory
+    from treeroll.policies import build_policy
+
+    config = load_config(ROOT / "configs" / "tiny.yaml")
+    config.rollout = replace(config.rollout, **rollout)
+    policy = build_policy(None, config.policy.model, config.policy.view,
+                          make_env_factory(config.env))
+    (path / "checkpoints").mkdir(parents=True)
+    torch.save({"model": policy.model.state_dict()}, path / "checkpoints" / "last.pt")
+    plain = json.loads(json.dumps(config_to_dict(config)))  # tuples as lists
+    (path / "config.yaml").write_text(yaml.safe_dump(plain, sort_keys=False))
+    return path
+
+
+def test_rollout_with_run_uses_its_settings_and_writes_under_runs(tmp_path, monkeypatch,
+                                                                    capsys) -> None:
+    """`rollout --run` samples with the run's config.yaml (turns cut at its 12 tokens, its
+    tree_grpo strategy), options given override it, and the tree and its pictures land under
+    runs/rollouts/ (ignored by git), not in the current folder."""
+    from treeroll.cli import main
+
+    run = _run_folder(tmp_path / "the_run", max_turn_tokens=12)
+    monkeypatch.chdir(tmp_path)
+    assert main(["rollout", "--run", str(run), "--task", "3"]) == 0
+    tree_path = tmp_path / "runs" / "rollouts" / "tree-3.json"
+    data = json.loads(tree_path.read_text())
+    assert data["meta"]["strategy"] == "tree_grpo"  # the run's, not the default chain
+    assert max(len(n["action_ids"]) for n in data["nodes"]) == 12  # not the default 24
+    assert str(tree_path.relative_to(tmp_path)) in capsys.readouterr().err
+
+    assert main(["rollout", "--run", str(run), "--task", "3", "--out", "given.json",
+                 "--train.rollout.max-turn-tokens", "5"]) == 0
+    data = json.loads((tmp_path / "given.json").read_text())
+    assert data["meta"]["strategy"] == "tree_grpo"
+    assert max(len(n["action_ids"]) for n in data["nodes"]) == 5
+
+    assert main(["show", str(tree_path)]) == 0  # pictures beside the tree file
+    assert (tree_path.with_suffix(".png")).exists() and (tree_path.with_suffix(".html")).exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["given.json", "runs", "the_run"]
+
+
+def test_help_lists_config_without_markup_and_errors_name_the_command(capsys) -> None:
+    from treeroll.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "--help"])
+    assert exited.value.code == 0
+    help_text = capsys.readouterr().out
+    assert help_text.startswith("usage: treeroll train")
+    assert "--config FILE.yaml" in help_text and "--optim.steps" in help_text
+    assert "``" not in help_text
+    assert "`<runs_dir>/<name>`" in help_text  # docstring literals read as `name`
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "--no-such-option"])
+    assert exited.value.code == 2
+    captured = capsys.readouterr()
+    error = " ".join((captured.out + captured.err).split())
+    assert "--no-such-option" in error and "treeroll train --help" in error

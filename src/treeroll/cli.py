@@ -7,17 +7,20 @@ setting with its default. Bad configs and options fail with a message naming the
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, is_dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import tyro
+import yaml
 from rich.console import Console
 from rich.table import Table
 
-from treeroll.config import TrainConfig, load_config
+from treeroll.config import TrainConfig, _build, config_to_dict, load_config
 from treeroll.reporting import make_reporter
 
 __all__ = ["main"]
@@ -26,8 +29,73 @@ console = Console(stderr=True)
 T = TypeVar("T")
 
 
-def _parse(cls: type[T], args: list[str], description: str, config_cls: Any = None) -> T:
-    """``--config FILE`` first (YAML into the dataclass), then tyro overrides on top."""
+CONFIG_HELP = ("--config FILE.yaml: a YAML file of these settings (see configs/); the other "
+               "options override it.")
+
+
+def _plain(text: str) -> str:
+    """Help text without docstring markup: ``name`` (reST literals) reads as `name`."""
+    return text.replace("``", "`")
+
+
+def _help_registry() -> tyro.constructors.ConstructorRegistry:
+    """tyro's documented hook for how a dataclass becomes options (a struct rule), used for one
+    thing: every field's help text goes through :func:`_plain`. The rule asks tyro's own rules
+    for the spec (it steps aside while they answer) and wraps each field's help text."""
+    registry = tyro.constructors.ConstructorRegistry()
+    answering = False
+
+    @registry.struct_rule
+    def plain_help(info: tyro.constructors.StructTypeInfo
+                   ) -> tyro.constructors.StructConstructorSpec | None:
+        nonlocal answering
+        if answering or not is_dataclass(info.type):
+            return None
+        answering = True
+        try:
+            spec = tyro.constructors.ConstructorRegistry.get_struct_spec(info)
+        finally:
+            answering = False
+        if not isinstance(spec, tyro.constructors.StructConstructorSpec):
+            return None
+
+        def plain(field_spec: tyro.constructors.StructFieldSpec) -> Callable[[], str | None]:
+            def helptext() -> str | None:
+                text = field_spec.helptext
+                text = text() if callable(text) else text
+                if text is None and is_dataclass(field_spec.type):  # tyro's fallback: the
+                    text = _class_doc(field_spec.type)  # nested dataclass's own docstring
+                return None if text is None else _plain(text)
+            return helptext
+
+        return replace(spec, fields=tuple(replace(f, helptext=plain(f)) for f in spec.fields))
+
+    return registry
+
+
+def _class_doc(cls: Any) -> str | None:
+    doc = cls.__doc__
+    if not doc or doc.startswith(f"{cls.__name__}("):  # the one dataclass() writes
+        return None
+    return inspect.cleandoc(doc)
+
+
+def _merged(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """``overlay``'s keys on top of ``base``'s, recursively."""
+    out = dict(base)
+    for key, value in overlay.items():
+        both = isinstance(value, dict) and isinstance(base.get(key), dict)
+        out[key] = _merged(base[key], value) if both else value
+    return out
+
+
+def _parse(cls: type[T], args: list[str], description: str, *, command: str,
+           default: T | None = None) -> T:
+    """Settings for ``treeroll <command>``: ``default`` (or the dataclass's defaults), then
+    ``--config FILE`` on top (YAML into the dataclass), then the other options on top.
+
+    ``--help`` shows ``description``, the ``--config`` option and every field with its
+    default; errors point at ``treeroll <command> --help``."""
     config_path = None
     rest = []
     i = 0
@@ -44,10 +112,19 @@ def _parse(cls: type[T], args: list[str], description: str, config_cls: Any = No
             continue
         rest.append(args[i])
         i += 1
-    if config_path is None:
-        return tyro.cli(cls, args=rest, description=description)
-    return tyro.cli(cls, args=rest, default=load_config(config_path, cls),
-                    description=description)
+    if config_path is not None:
+        from_file = load_config(config_path, cls)  # checks the file and names bad keys
+        if default is None:
+            default = from_file
+        else:
+            overlay = yaml.safe_load(Path(config_path).read_text()) or {}
+            default = _build(cls, _merged(config_to_dict(default), overlay), "")
+    text = f"{_plain(description.strip())}\n{CONFIG_HELP}"
+    prog = f"treeroll {command}"
+    if default is None:
+        return tyro.cli(cls, prog=prog, args=rest, description=text, registry=_help_registry())
+    return tyro.cli(cls, prog=prog, args=rest, default=default, description=text,
+                    registry=_help_registry())
 
 
 # --------------------------------------------------------------------------------------------
@@ -74,8 +151,7 @@ def _run(run: Any, config: Any) -> int:
 
 def cmd_train(args: list[str]) -> int:
     """``treeroll train``: train a policy; prints held-out success before and after."""
-    config = _parse(TrainConfig, args, "Train a policy on tree rollouts. Options after "
-                    "--config FILE.yaml override the file.")
+    config = _parse(TrainConfig, args, "Train a policy on tree rollouts.", command="train")
     from treeroll.training.trainer import train
 
     return _run(train, config)
@@ -86,8 +162,7 @@ def cmd_sft(args: list[str]) -> int:
     from treeroll.training.sft import SFTConfig
 
     config = _parse(SFTConfig, args, "Supervised fine-tuning on multi-turn trajectories (an "
-                    "environment's expert or a JSONL file). Options after --config FILE.yaml "
-                    "override the file.")
+                    "environment's expert or a JSONL file).", command="sft")
     from treeroll.training.sft_run import run_sft
 
     return _run(run_sft, config)
@@ -126,7 +201,7 @@ class EvalCommand:
 def cmd_eval(args: list[str]) -> int:
     """``treeroll eval``: evaluate a run's checkpoint (``--run``) or a policy (``--policy``)
     on held-out tasks."""
-    command = _parse(EvalCommand, args, EvalCommand.__doc__ or "")
+    command = _parse(EvalCommand, args, EvalCommand.__doc__ or "", command="eval")
     if command.tasks < 1:
         raise ValueError(f"--tasks must be >= 1, got {command.tasks}")
     if command.run is not None and command.policy is not None:
@@ -163,11 +238,14 @@ def cmd_eval(args: list[str]) -> int:
 class RolloutCommand:
     """Build one rollout tree, print a readable summary and save it as JSON."""
 
-    out: str = "tree.json"
-    """Where to write the tree (JSON; render it with `treeroll show`)."""
+    out: str = "runs/rollouts/tree-{task}.json"
+    """Where to write the tree (JSON; render it with `treeroll show`); ``{task}`` is replaced
+    by the task seed."""
     run: str | None = None
-    """Use this run folder's trained policy (default: ``--train.policy.init``, the shipped
-    base ``frozenlake-tiny``; the scripted agent for env=swe)."""
+    """Use this run folder's trained policy and its settings (its config.yaml supplies the
+    ``--train.*`` defaults; the options given here override them). Without it: the policy of
+    ``--train.policy.init``, the shipped base ``frozenlake-tiny``; the scripted agent for
+    env=swe."""
     task: int = 0
     """Task seed."""
     env: str | None = None
@@ -178,22 +256,29 @@ class RolloutCommand:
     scorer: str | None = None
     """Shortcut for --train.scorer.name (PATR's default: frozenlake_progress, or swe)."""
     train: TrainConfig = field(default_factory=TrainConfig)
-    """Environment, strategy, rollout and scorer settings (as in `treeroll train`)."""
+    """Environment, strategy, rollout and scorer settings (as in `treeroll train`; with --run,
+    the run's own unless given here)."""
 
 
 def cmd_rollout(args: list[str]) -> int:
     """``treeroll rollout``: build, summarise and save one tree."""
-    command = _parse(RolloutCommand, args, RolloutCommand.__doc__ or "")
-    from treeroll.session import apply_shortcuts, build_one_tree, describe_tree
+    description = RolloutCommand.__doc__ or ""
+    command = _parse(RolloutCommand, args, description, command="rollout")
+    from treeroll.session import apply_shortcuts, build_one_tree, describe_tree, load_run_config
     from treeroll.tree import save_tree
 
+    if command.run is not None:  # parse again on the run's settings: what is given overrides
+        run_settings = RolloutCommand(train=load_run_config(Path(command.run)))
+        command = _parse(RolloutCommand, args, description, command="rollout",
+                         default=run_settings)
     config = apply_shortcuts(command.train, env=command.env, strategy=command.strategy,
                              scorer=command.scorer)
     tree = build_one_tree(config, task_seed=command.task,
                           run_dir=Path(command.run) if command.run else None)
-    save_tree(tree, command.out)
+    out = command.out.replace("{task}", str(command.task))
+    save_tree(tree, out)
     Console().print(describe_tree(tree))
-    console.print(f"saved {command.out}")
+    console.print(f"saved {out}")
     return 0
 
 
@@ -203,18 +288,19 @@ class ShowCommand:
 
     path: tyro.conf.Positional[str]
     """A tree JSON file (from `treeroll rollout --out` or a run's trees/ folder)."""
-    out: str = "."
-    """Folder to write the pictures into."""
+    out: str | None = None
+    """Folder to write the pictures into (default: the tree file's own folder)."""
     formats: tuple[str, ...] = ("png", "html")
     """Any of png, svg, html."""
 
 
 def cmd_show(args: list[str]) -> int:
     """``treeroll show``: picture and HTML page of a saved tree."""
-    command = _parse(ShowCommand, args, ShowCommand.__doc__ or "")
+    command = _parse(ShowCommand, args, ShowCommand.__doc__ or "", command="show")
     from treeroll.viz import show
 
-    for path in show(command.path, command.out, formats=command.formats):
+    out = Path(command.path).parent if command.out is None else Path(command.out)
+    for path in show(command.path, out, formats=command.formats):
         print(path)
     return 0
 
@@ -223,7 +309,7 @@ def cmd_compare(args: list[str]) -> int:
     """``treeroll compare``: strategies trained under one budget, over seeds, in a report."""
     from treeroll.compare import CompareConfig, run_compare
 
-    command = _parse(CompareConfig, args, CompareConfig.__doc__ or "")
+    command = _parse(CompareConfig, args, CompareConfig.__doc__ or "", command="compare")
     with make_reporter(console) as reporter:
         report = run_compare(command, reporter)
     print(report)
@@ -239,14 +325,16 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``treeroll`` command."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: treeroll {train,sft,eval,rollout,show,compare} [--config FILE] [options]"
-              "\n\n"
+        print("usage: treeroll {train,sft,eval,rollout,show,compare} [--config FILE.yaml] "
+              "[options]\n\n"
               "  train    train a policy on tree rollouts (default: FrozenLake, rLLM convention)\n"
               "  sft      supervised fine-tuning on an expert's episodes or a JSONL file\n"
               "  eval     held-out success of a run or a policy, with a 95% interval\n"
-              "  rollout  build one tree, print it and save it as JSON\n"
-              "  show     render a saved tree as PNG and HTML\n"
+              "  rollout  build one tree, print it and save it as JSON (runs/rollouts/)\n"
+              "  show     render a saved tree as PNG and HTML (beside the tree file)\n"
               "  compare  strategies under one token budget, over seeds, in a report\n\n"
+              "--config FILE.yaml: a YAML file of a command's settings (see configs/); the "
+              "other options override it.\n"
               "treeroll COMMAND --help lists every option and its default.")
         return 0
     command, rest = argv[0], argv[1:]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from rich.markup import escape
 from rich.tree import Tree as RichTree
 
 from treeroll.backends.hf import HFBackend
@@ -18,10 +19,10 @@ from treeroll.plugins import make_env_factory, make_strategy, scorer_name_for
 from treeroll.policies import Policy, build_policy
 from treeroll.rollout import rollout
 from treeroll.strategies import PATR
-from treeroll.tree import Node, RolloutTree, token_counts
+from treeroll.tree import Node, RolloutTree
 
-__all__ = ["apply_shortcuts", "build_one_tree", "describe_tree", "load_run_policy",
-           "starting_policy"]
+__all__ = ["apply_shortcuts", "build_one_tree", "describe_tree", "load_run_config",
+           "load_run_policy", "starting_policy"]
 
 
 def apply_shortcuts(config: TrainConfig, *, env: str | None, strategy: str | None,
@@ -49,6 +50,16 @@ def apply_shortcuts(config: TrainConfig, *, env: str | None, strategy: str | Non
     return config
 
 
+def load_run_config(run_dir: Path) -> TrainConfig:
+    """The resolved settings a run folder was trained with (its ``config.yaml``)."""
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"no config.yaml in {run_dir}: is it a run folder written by "
+                                "`treeroll train`?")
+    config: TrainConfig = load_config(path)
+    return config
+
+
 def load_run_policy(run_dir: Path) -> tuple[TrainConfig, HFBackend, TurnFormat,
                                              Callable[[], Env]]:
     """The config, a backend on the last checkpoint's weights, the turn format and the env."""
@@ -56,7 +67,7 @@ def load_run_policy(run_dir: Path) -> tuple[TrainConfig, HFBackend, TurnFormat,
     if not checkpoint.exists():
         raise FileNotFoundError(f"no checkpoint at {checkpoint}: is {run_dir} a run folder "
                                 "written by `treeroll train`?")
-    config: TrainConfig = load_config(run_dir / "config.yaml")
+    config = load_run_config(run_dir)
     make_env = make_env_factory(config.env)
     policy = build_policy(config.policy.init, config.policy.model, config.policy.view,
                           make_env, run_dir / "policy")
@@ -86,10 +97,10 @@ def starting_policy(config: TrainConfig) -> Policy:
 
 def _policy_for(config: TrainConfig, run_dir: Path | None
                 ) -> tuple[GenerationBackend, TurnFormat, Callable[[], Env]]:
-    if run_dir is not None:
-        _, backend, turn_format, make_env = load_run_policy(run_dir)
-        return backend, turn_format, make_env
     make_env = make_env_factory(config.env)
+    if run_dir is not None:  # the run's policy, in the environment ``config`` asks for
+        _, backend, turn_format, _ = load_run_policy(run_dir)
+        return backend, turn_format, make_env
     if config.env.name == "swe":
         from treeroll.envs.swe import ScriptedSWEAgent, builtin_tasks
         from treeroll.formatting import ByteTokenizer
@@ -102,7 +113,9 @@ def _policy_for(config: TrainConfig, run_dir: Path | None
 
 def build_one_tree(config: TrainConfig, task_seed: int, run_dir: Path | None = None
                    ) -> RolloutTree:
-    """One tree for ``task_seed`` with the configured strategy, scorer and budget."""
+    """One tree for ``task_seed`` with the configured strategy, scorer and budget; with
+    ``run_dir``, sampled by that run's trained policy (``config`` still decides the rest:
+    ``treeroll rollout --run`` starts it from the run's own ``config.yaml``)."""
     backend, turn_format, make_env = _policy_for(config, run_dir)
     scorer = None
     if config.scorer.name:
@@ -135,12 +148,11 @@ def _label(node: Node) -> str:
 
 
 def describe_tree(tree: RolloutTree) -> RichTree:
-    """A terminal rendering: one line per node, with the tree's token accounting on top."""
-    counts = token_counts(tree)
-    title = (f"task {tree.task_seed} · {tree.meta.get('strategy', '?')} · {counts.leaves} leaves · "
-             f"generated {counts.generated} · unique {counts.unique} · chains would compute "
-             f"{counts.chain_generated + counts.chain_prefill} · computed {counts.computed}")
-    root = RichTree(title)
+    """A terminal rendering: one line per node, under the headline the tree's pictures carry
+    (``viz.tree_headline``: the same token figures in the same words)."""
+    from treeroll.viz import tree_headline
+
+    root = RichTree(escape("\n".join(tree_headline(tree))))
 
     def add(node: Node, branch: RichTree) -> None:
         for child in node.children:

@@ -36,6 +36,7 @@ __all__ = [
     "render_tree_png",
     "render_tree_svg",
     "show",
+    "tree_headline",
 ]
 
 DEFAULT_METRIC_KEYS: tuple[str, ...] = (
@@ -122,13 +123,25 @@ def _saved_fraction(counts: TokenCounts) -> float:
     return 1.0 - counts.unique / counts.chain_unique if counts.chain_unique else 0.0
 
 
-def _headline(tree: RolloutTree, counts: TokenCounts) -> tuple[str, str]:
+def tree_headline(tree: RolloutTree) -> list[str]:
+    """The lines every rendering of a tree starts with (the terminal summary of
+    ``treeroll rollout``, the PNG/SVG title, the HTML header), so they state the same figures.
+
+    The saving compares like with like: ``unique`` (every token of the tree's model contexts
+    once) against ``chain-equivalent`` (the same leaves as independent chains, every token of
+    each chain's context once). What the backend actually ``computed`` (prefill + generated)
+    also depends on its prefix cache (the scripted SWE agent has none and re-reads every
+    turn's whole context), so it is a line of its own, with its parts, when recorded."""
+    counts = token_counts(tree)
     strategy = tree.meta.get("strategy", "?")
-    first = (f"task seed {tree.task_seed} · strategy {strategy} · {counts.leaves} leaves · "
-             f"{len(tree.nodes)} nodes")
-    second = (f"unique {counts.unique:,} tokens · chain-equivalent {counts.chain_unique:,} · "
-              f"saved {100 * _saved_fraction(counts):.1f}%")
-    return first, second
+    lines = [f"task seed {tree.task_seed} · strategy {strategy} · {counts.leaves} leaves · "
+             f"{len(tree.nodes)} nodes",
+             f"unique {counts.unique:,} tokens · chain-equivalent {counts.chain_unique:,} · "
+             f"saved {100 * _saved_fraction(counts):.1f}%"]
+    if counts.prefill:
+        lines.append(f"backend computed {counts.computed:,} = prefill {counts.prefill:,} + "
+                     f"generated {counts.generated:,} ({counts.cached:,} cached)")
+    return lines
 
 
 def _score_labelled(tree: RolloutTree) -> set[int]:
@@ -145,7 +158,6 @@ def _score_labelled(tree: RolloutTree) -> set[int]:
 
 def _tree_figure(tree: RolloutTree) -> Figure:
     layout = _layout(tree)
-    counts = token_counts(tree)
     many = len(tree.nodes) > _MAX_ID_LABELS
     width = min(max(0.4 * layout.num_slots + 3.0, 8.0), 72.0)  # inches
     height = min(max(0.85 * (layout.max_depth + 1) + 2.2, 4.5), 24.0)
@@ -201,8 +213,7 @@ def _tree_figure(tree: RolloutTree) -> Figure:
     ax.set_xticks([])
     for side in ("top", "right", "bottom"):
         ax.spines[side].set_visible(False)
-    first, second = _headline(tree, counts)
-    ax.set_title(f"{first}\n{second}", fontsize=12, loc="left")
+    ax.set_title("\n".join(tree_headline(tree)), fontsize=12, loc="left")
     fig.legend(handles=present, loc="outside right upper", fontsize=8, frameon=False,
                title="status (score in blue)", title_fontsize=8)
     return fig
@@ -406,7 +417,7 @@ def render_tree_html(tree: RolloutTree, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     layout = _layout(tree)
     counts = token_counts(tree)
-    first, _ = _headline(tree, counts)
+    first = tree_headline(tree)[0]
     saved = counts.chain_unique - counts.unique
     figures = [
         ("generated", f"{counts.generated:,}"),
@@ -416,7 +427,7 @@ def render_tree_html(tree: RolloutTree, path: str | Path) -> Path:
     ]
     if counts.prefill:
         figures += [("prefill", f"{counts.prefill:,}"), ("cached", f"{counts.cached:,}"),
-                    ("computed", f"{counts.computed:,}")]
+                    ("backend computed", f"{counts.computed:,}")]
     counts_html = "".join(f"<span><b>{html.escape(name)}</b> {html.escape(value)}</span>"
                           for name, value in figures)
     used = {_category(n) for n in tree.nodes}
