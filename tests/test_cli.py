@@ -54,12 +54,18 @@ def test_train_changes_parameters_and_writes_metrics(tmp_path) -> None:
     assert records[0]["step"] == 0 and "eval" in records[0]
     assert len(list((run / "trees").glob("*.json"))) == 3
 
-    # Training again without --resume refuses to overwrite; --resume continues.
+    # Training again refuses to overwrite the finished run, --resume refuses to touch it
+    # (naming --extend), and --extend with more steps continues it.
     again = _treeroll("train", "--config", "configs/tiny.yaml", "--runs-dir", str(runs),
                       "--name", "e2e", check=False)
-    assert again.returncode == 2 and "--resume" in again.stderr
+    assert again.returncode == 2 and "finished" in again.stderr and "--name" in again.stderr
+    before = (run / "metrics.jsonl").read_text()
+    again = _treeroll("train", "--config", "configs/tiny.yaml", "--runs-dir", str(runs),
+                      "--name", "e2e", "--resume", "--optim.steps", "4", check=False)
+    assert again.returncode == 2 and "--extend" in again.stderr
+    assert (run / "metrics.jsonl").read_text() == before  # nothing touched
     resumed = _treeroll("train", "--config", "configs/tiny.yaml", "--runs-dir", str(runs),
-                        "--name", "e2e", "--resume", "--optim.steps", "4")
+                        "--name", "e2e", "--extend", "--optim.steps", "4")
     assert json.loads(resumed.stdout.strip().splitlines()[-1])["steps"] == 4
     lines = (run / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines if "success_rate" in x][-1] == 4

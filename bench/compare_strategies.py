@@ -1,0 +1,73 @@
+"""The strategies compared on the shipped base: `treeroll compare` and its verdict in one line.
+
+Runs ``treeroll compare --config configs/compare_frozenlake.yaml`` (chain, Tree-GRPO, the
+random tree and PATR, same per-task generated-token budget and number of updates, five
+seeds; an interrupted comparison resumes where it stopped) and summarises its
+``results.json``.
+
+    python bench/compare_strategies.py          # about an hour on 2 cores
+
+Last line: one JSON object with, per strategy, the mean final held-out success over seeds,
+its 95% t-interval, the mean start, the mean generated tokens and the tokens at which the
+mean held-out curve first reaches chain's final success (``tokens_to_chain_final``, null if
+never); then ``patr_minus_chain``, ``patr_separated_from_chain`` (PATR's interval entirely
+above chain's) and ``patr_tokens_over_chain`` (PATR's tokens to reach chain's final over
+chain's own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from treeroll.compare import CompareConfig, run_compare
+from treeroll.config import load_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tokens_to_reach(runs: list[dict], target: float) -> float | None:
+    """Generated tokens at which the seeds' mean held-out curve first reaches ``target``."""
+    points = min(len(r["curve"]) for r in runs)
+    for i in range(points):
+        tokens = float(np.mean([r["curve"][i][0] for r in runs]))
+        if float(np.mean([r["curve"][i][1] for r in runs])) >= target - 1e-12:
+            return tokens
+    return None
+
+
+def main() -> None:
+    """Run (or resume) the comparison; print the JSON line last."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=str(ROOT / "configs" / "compare_frozenlake.yaml"))
+    args = parser.parse_args()
+    config = load_config(args.config, CompareConfig)
+    run_compare(config)
+    results = json.loads((Path(config.report_dir) / "results.json").read_text())
+    chain_final = results["chain"]["final_success"] if "chain" in results else None
+    out: dict = {"config": Path(args.config).name, "seeds": len(config.seeds),
+                 "steps": config.base.optim.steps,
+                 "tasks_per_step": config.base.optim.tasks_per_step,
+                 "token_budget": config.token_budget, "eval_tasks": config.base.eval.tasks}
+    for strategy, row in results.items():
+        out[strategy] = {
+            "final": round(row["final_success"], 4),
+            "ci95": [round(x, 4) for x in row["ci95"]], "start": round(row["start"], 4),
+            "generated_tokens": round(row["generated_tokens"]),
+            "tokens_to_chain_final": None if chain_final is None
+            else tokens_to_reach(row["runs"], chain_final)}
+    if "patr" in results and "chain" in results:
+        patr, chain = results["patr"], results["chain"]
+        out["patr_minus_chain"] = round(patr["final_success"] - chain["final_success"], 4)
+        out["patr_separated_from_chain"] = patr["ci95"][0] > chain["ci95"][1]
+        mine, theirs = out["patr"]["tokens_to_chain_final"], out["chain"]["tokens_to_chain_final"]
+        out["patr_tokens_over_chain"] = (round(mine / theirs, 3) if mine is not None and theirs
+                                         else None)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
