@@ -3,8 +3,9 @@
 Each figure is one command of this repository that prints one JSON object as its last line
 (the benchmarks under ``bench/``); its result goes to ``docs/results/<name>.json`` with the
 command, the commit, whether the tree had uncommitted code changes, the date, the time it
-took and ``depends_on``: the repository files its processes imported (traced by
-``bench/_trace/sitecustomize.py``) plus the configs, the dependencies and the shipped data.
+took and ``depends_on``: the repository files its processes imported or read (code,
+configs, the shipped weights, data; traced by ``bench/_trace/sitecustomize.py``) and the
+pinned dependencies (``pyproject.toml``).
 ``tests/test_results.py`` then checks that every figure the README quotes equals its stored
 file and that none of the files it depends on changed since the commit it was measured on.
 
@@ -33,10 +34,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
-ALWAYS = ("configs", "pyproject.toml", "src/treeroll/policies", "src/treeroll/data")
-"""What every figure depends on besides the code it imported: configs, dependencies, the
-shipped policy's weights and the environments' data files."""
-CODE = ("src", "bench", *ALWAYS[:2])
+ALWAYS = ("pyproject.toml", "src/treeroll/policies", "src/treeroll/data")
+"""What every figure depends on besides the files its run imported or read: the pinned
+dependencies, and the shipped policies and data, which are also read outside Python's
+``open`` (safetensors maps weights from Rust; task files are copied by the sandbox)."""
+CODE = ("src", "bench", "configs", "pyproject.toml")
 """Where a code change makes a figure measured on a dirty tree unreliable."""
 
 
@@ -78,13 +80,15 @@ def code_is_dirty() -> bool:
 
 
 def imported_repo_files(trace: Path) -> set[str]:
-    """The repository's files among those a traced run imported (paths from the root)."""
+    """The repository's files (code, configs, shipped data) among those a traced run
+    imported or read, as paths from the root."""
     found = set()
     for line in trace.read_text().splitlines() if trace.exists() else []:
         path = Path(line).resolve()
         relative = path.relative_to(ROOT) if path.is_relative_to(ROOT) else None
-        if relative is not None and relative.parts[0] in ("src", "bench") \
-                and "_trace" not in relative.parts:
+        if relative is not None and relative.parts[0] in ("src", "bench", "configs") \
+                and "_trace" not in relative.parts and "__pycache__" not in relative.parts \
+                and path.is_file():
             found.add(str(relative))
     return found
 
