@@ -12,7 +12,9 @@ Last line: one JSON object with ``success``, ``ci_low``, ``ci_high``, ``format_o
 ``params``, ``tasks``, ``seconds``, the policy's name, and where it fails: success by map
 side (``by_size``) and on the maps whose shortest path is longer than the Manhattan distance
 from start to goal, i.e. must detour around holes (``needs_detour``), versus the rest
-(``direct``), each as ``[success, tasks]``.
+(``direct``), each as ``[success, tasks]``; and the headroom RL has: ``sampled_success`` (one
+sample per task at the training temperature, averaged over ``k`` samples) and ``pass_at_k``
+(tasks solved by at least one of the ``k`` samples).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from treeroll.backends.hf import HFBackend
@@ -44,6 +47,8 @@ def main() -> None:
     parser.add_argument("--policy", default=None, help="a shipped name or a policy folder "
                         "(default: the config's policy.init)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--samples", type=int, default=8, help="samples per task at the "
+                        "training temperature for sampled_success and pass_at_k (0: skip)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     config = load_config(DEFAULT_CONFIG)
@@ -62,11 +67,30 @@ def main() -> None:
                       config.rollout)
     seconds = time.perf_counter() - tick
     breakdown = failure_breakdown(make_env, held_out[:tasks], result.successes)
+    sampled = sample_successes(backend, policy, make_env, held_out[:tasks], config,
+                               args.samples)
     print(json.dumps({"policy": spec, "env": config.env.name, "success": result.success_rate,
                       "ci_low": round(result.low, 4), "ci_high": round(result.high, 4),
                       "format_ok": round(result.format_ok, 4), "params": policy.parameters,
                       "tasks": tasks, "load_seconds": round(load_seconds, 2),
-                      "seconds": round(seconds, 1), "threads": args.threads, **breakdown}))
+                      "seconds": round(seconds, 1), "threads": args.threads, **breakdown,
+                      **sampled}))
+
+
+def sample_successes(backend: Any, policy: Any, make_env: Any, seeds: Any, config: Any,
+                     samples: int) -> dict[str, Any]:
+    """How much RL could sharpen: success of single samples at the training temperature
+    (``sampled_success``), and the share of tasks that at least one of ``samples`` samples
+    solves (``pass_at_k``, k = ``samples``), the ceiling that sharpening the sampled policy
+    into the greedy one can reach."""
+    if samples < 1:
+        return {}
+    eval_config = replace(config.eval, temperature=config.rollout.temperature)
+    runs = np.array([evaluate(backend, policy.turn_format(), make_env, seeds, eval_config,
+                              config.rollout, seed=seed).successes for seed in range(samples)])
+    return {"sample_temperature": config.rollout.temperature,
+            "sampled_success": round(float(runs.mean()), 4),
+            "pass_at_k": round(float(runs.any(axis=0).mean()), 4), "k": samples}
 
 
 def failure_breakdown(make_env: Any, seeds: Any, successes: list[bool]) -> dict[str, Any]:
