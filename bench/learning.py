@@ -10,13 +10,17 @@ between); without it, this is exactly the README's first command.
     python bench/learning.py            # the default training (the README's figures)
 
 Last line: one JSON object with ``start_success``, ``final_success``, their intervals,
-``gain``, ``steps``, ``tasks``, ``train_seconds`` and the run folder.
+``gain``, ``separated`` (the intervals do not overlap), ``steps``, ``tasks``, ``format_ok``,
+``evals`` (``[step, success, tasks]`` of every held-out evaluation), ``train_seconds`` (the
+whole run, evaluations included) and the run folder. ``--keep DIR`` copies the run's
+metrics, summary and plot there (the README's default training: ``docs/default_training``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import tempfile
 import time
 from dataclasses import replace
@@ -36,6 +40,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_STEPS} steps, 128 tasks")
     parser.add_argument("--config", default=str(DEFAULT_CONFIG))
     parser.add_argument("--runs-dir", default=None, help="default: a temporary folder")
+    parser.add_argument("--keep", default=None, help="copy the run's metrics.jsonl, "
+                        "summary.json and metrics.png into this folder")
     args = parser.parse_args()
     config = load_config(args.config)
     if args.quick:
@@ -48,6 +54,16 @@ def main() -> None:
     summary = train(config)
     seconds = time.perf_counter() - tick
     start, final = summary["start_eval"], summary["final_eval"]
+    run = Path(runs_dir) / config.name
+    evals = [[r["step"], r["eval"]["success_rate"], r["eval"]["tasks"]]
+             for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+             if "eval" in r]
+    if args.keep:
+        keep = Path(args.keep)
+        keep.mkdir(parents=True, exist_ok=True)
+        for name in ("metrics.jsonl", "summary.json", "metrics.png"):
+            if (run / name).exists():
+                shutil.copy(run / name, keep / name)
     print(json.dumps({
         "policy": config.policy.init, "strategy": config.strategy.name,
         "start_success": start["success_rate"], "start_ci": [round(start["ci95_low"], 4),
@@ -57,8 +73,9 @@ def main() -> None:
         "gain": round(final["success_rate"] - start["success_rate"], 4),
         "separated": final["ci95_low"] > start["ci95_high"],
         "steps": summary["steps"], "tasks": final["tasks"],
+        "format_ok": final["format_ok"], "evals": evals,
         "generated_tokens": summary["generated_tokens"], "train_seconds": round(seconds, 1),
-        "run": str(Path(runs_dir) / config.name)}))
+        "run": str(run)}))
 
 
 if __name__ == "__main__":

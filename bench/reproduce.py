@@ -63,7 +63,8 @@ FIGURES = (
     Figure("learning_quick", ("bench/learning.py", "--quick"), True, 6),
     Figure("base_policy", ("bench/base_policy.py",), False, 0.5),
     Figure("sft_base", ("bench/sft_base.py",), False, 5),
-    Figure("default_training", ("bench/learning.py",), False, 16),
+    Figure("default_training", ("bench/learning.py", "--keep", "docs/default_training"), False,
+           16),
     Figure("compare_strategies", ("bench/compare_strategies.py",), False, 65),
 )
 
