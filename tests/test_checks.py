@@ -80,3 +80,12 @@ def test_checked_fields_accept_null_only_when_their_default_is_null() -> None:
         validate(Example(size=float("nan")))
     with pytest.raises(ConfigError, match="--size is null; must be > 0 and <= 2"):
         validate(Example(size=None))  # type: ignore[arg-type]
+
+
+def test_help_names_each_checked_range(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "--optim.tasks-per-step INT Tasks (trees) per step. (valid: >= 1)" in text
+    assert "(valid: > 0 and <= 1)" in text  # rollout.top_p
+    assert "(valid: one of 'token_mean', 'seq_mean')" in text

@@ -7,6 +7,7 @@ setting with its default. Bad configs and options fail with a message naming the
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import sys
@@ -20,6 +21,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from treeroll.checks import Check
 from treeroll.config import TrainConfig, _build, config_to_dict, load_config
 from treeroll.reporting import make_reporter
 
@@ -34,14 +36,18 @@ CONFIG_HELP = ("--config FILE.yaml: a YAML file of these settings (see configs/)
 
 
 def _plain(text: str) -> str:
-    """Help text without docstring markup: ``name`` (reST literals) reads as `name`."""
-    return text.replace("``", "`")
+    """Help text without docstring markup: ``name`` (reST literals) reads as `name`, and a
+    docstring's line breaks inside a paragraph become spaces (the terminal wraps the text);
+    blank lines still separate paragraphs."""
+    paragraphs = text.replace("``", "`").split("\n\n")
+    return "\n\n".join(" ".join(part.split()) for part in paragraphs)
 
 
 def _help_registry() -> tyro.constructors.ConstructorRegistry:
     """tyro's documented hook for how a dataclass becomes options (a struct rule), used for one
-    thing: every field's help text goes through :func:`_plain`. The rule asks tyro's own rules
-    for the spec (it steps aside while they answer) and wraps each field's help text."""
+    thing: every field's help text goes through :func:`_plain` and names the range its
+    :func:`treeroll.checks.checked` rule enforces. The rule asks tyro's own rules for the spec
+    (it steps aside while they answer) and wraps each field's help text."""
     registry = tyro.constructors.ConstructorRegistry()
     answering = False
 
@@ -59,12 +65,17 @@ def _help_registry() -> tyro.constructors.ConstructorRegistry:
         if not isinstance(spec, tyro.constructors.StructConstructorSpec):
             return None
 
+        rules = {f.name: f.metadata.get("check") for f in dataclasses.fields(info.type)}
+
         def plain(field_spec: tyro.constructors.StructFieldSpec) -> Callable[[], str | None]:
             def helptext() -> str | None:
                 text = field_spec.helptext
                 text = text() if callable(text) else text
                 if text is None and is_dataclass(field_spec.type):  # tyro's fallback: the
                     text = _class_doc(field_spec.type)  # nested dataclass's own docstring
+                rule = rules.get(field_spec.name)
+                if isinstance(rule, Check):  # the range treeroll.checks enforces
+                    text = f"{text or ''} (valid: {rule.describe()})".strip()
                 return None if text is None else _plain(text)
             return helptext
 
