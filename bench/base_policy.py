@@ -14,13 +14,16 @@ side (``by_size``) and on the maps whose shortest path is longer than the Manhat
 from start to goal, i.e. must detour around holes (``needs_detour``), versus the rest
 (``direct``), each as ``[success, tasks]``; and the headroom RL has: ``sampled_success`` (one
 sample per task at the training temperature, averaged over ``k`` samples) and ``pass_at_k``
-(tasks solved by at least one of the ``k`` samples).
+(tasks solved by at least one of the ``k`` samples); and how the greedy episodes fail
+(``failed_in_hole``, ``failed_out_of_turns``, and the turns whose explanation misreads the
+player's or the goal's cell: ``misread_player``, ``misread_goal`` out of ``turns``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -31,11 +34,16 @@ import torch
 
 from treeroll.backends.hf import HFBackend
 from treeroll.config import load_config
-from treeroll.envs.frozenlake import start_distance
+from treeroll.envs.frozenlake import HOLE, start_distance
 from treeroll.plugins import make_env_factory
 from treeroll.policies import load_policy
+from treeroll.rollout import rollout
+from treeroll.strategies import Chain
 from treeroll.training.evaluation import evaluate, task_pools
+from treeroll.tree import leaves, path_to
 
+EXPLANATION = re.compile(r"P@(\d+),(\d+) G@(\d+),(\d+)")
+"""The explanation line the shipped base writes before each action (``P@r,c G@r,c``)."""
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "frozenlake_rllm.yaml"
 
 
@@ -67,6 +75,7 @@ def main() -> None:
                       config.rollout)
     seconds = time.perf_counter() - tick
     breakdown = failure_breakdown(make_env, held_out[:tasks], result.successes)
+    breakdown.update(how_episodes_end(backend, policy, make_env, held_out[:tasks], config))
     sampled = sample_successes(backend, policy, make_env, held_out[:tasks], config,
                                args.samples)
     print(json.dumps({"policy": spec, "env": config.env.name, "success": result.success_rate,
@@ -109,6 +118,39 @@ def failure_breakdown(make_env: Any, seeds: Any, successes: list[bool]) -> dict[
         return [round(sum(values) / max(len(values), 1), 3), len(values)]
     return {"by_size": {str(k): share(v) for k, v in sorted(by_size.items())},
             "needs_detour": share(detour[True]), "direct": share(detour[False])}
+
+
+def how_episodes_end(backend: Any, policy: Any, make_env: Any, seeds: Any,
+                     config: Any) -> dict[str, Any]:
+    """Why the greedy episodes fail, from the same greedy episodes replayed: ``failed_in_hole``
+    and ``failed_out_of_turns`` count the failed episodes by how they ended; and, over every
+    turn, ``misread_player`` / ``misread_goal`` count the explanations (``P@r,c G@r,c``) whose
+    player or goal cell is not the true one (null for a policy that does not explain)."""
+    greedy = replace(config.rollout, temperature=0.0)
+    batch = rollout(seeds, make_env, backend, policy.turn_format(), Chain(group_size=1),
+                    config=greedy)
+    ends = {"hole": 0, "turns": 0}
+    misread = {"player": 0, "goal": 0, "explained": 0, "turns": 0}
+    for seed, tree in zip(seeds, batch.trees, strict=True):
+        leaf = leaves(tree)[0]
+        env = make_env()
+        env.reset(int(seed))
+        for node in path_to(leaf)[1:]:
+            said = EXPLANATION.search(node.action_text)
+            misread["turns"] += 1
+            if said:
+                misread["explained"] += 1
+                misread["player"] += (int(said[1]), int(said[2])) != tuple(env.position)
+                misread["goal"] += (int(said[3]), int(said[4])) != tuple(env.goal)
+            env.step(node.action_text)
+        if not leaf.info.get("success"):
+            in_hole = env.grid[env.position[0]][env.position[1]] == HOLE
+            ends["hole" if in_hole else "turns"] += 1
+    explained = misread["explained"] > 0
+    return {"failed_in_hole": ends["hole"], "failed_out_of_turns": ends["turns"],
+            "turns": misread["turns"],
+            "misread_player": misread["player"] if explained else None,
+            "misread_goal": misread["goal"] if explained else None}
 
 
 if __name__ == "__main__":
