@@ -39,15 +39,16 @@ def test_sigkill_then_resume_matches_the_uninterrupted_run(tmp_path) -> None:
     subprocess.run(_command(runs, "whole"), cwd=ROOT, check=True, capture_output=True,
                    timeout=600)
     chooser = random.Random()
-    kill_after = chooser.randint(2, 8)  # steps logged before the kill, then a random delay
+    kill_after = chooser.randint(3, 8)  # steps logged before the kill, then a random delay
     delay = chooser.uniform(0.0, 0.4)
     process = subprocess.Popen(_command(runs, "killed"), cwd=ROOT, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     metrics = runs / "killed" / "metrics.jsonl"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and process.poll() is None:
-        logged = metrics.read_text().count('"success_rate"') if metrics.exists() else 0
-        if logged >= kill_after:
+        logged = metrics.read_text().count('"leaves"') if metrics.exists() else 0
+        checkpointed = (runs / "killed" / "checkpoints" / "last.pt").exists()
+        if logged >= kill_after and checkpointed:  # a checkpoint to resume from
             break
         time.sleep(0.02)
     time.sleep(delay)

@@ -273,12 +273,14 @@ def test_sft_resume_with_other_settings_is_refused(tmp_path: Path) -> None:
 
 
 def test_bad_sft_settings_fail_before_the_run_folder_exists(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"data\.path"):
-        SFTDataConfig(source="jsonl").check()  # after command-line overrides
-    with pytest.raises(ValueError, match=r"data\.source"):
+    with pytest.raises(ValueError, match=r"--data\.path is not set"):
+        run_sft(_tiny_config(tmp_path, name="bad", data=SFTDataConfig(source="jsonl")))
+    with pytest.raises(ValueError, match=r"--data\.source jsonl"):
         run_sft(_tiny_config(tmp_path, name="bad", data=SFTDataConfig(path="x.jsonl")))
-    with pytest.raises(ValueError, match=r"optim\.schedule"):
-        SFTOptimConfig(schedule="linear")
+    with pytest.raises(ValueError, match=r"--optim\.schedule is 'linear'"):
+        run_sft(_tiny_config(tmp_path, name="bad",
+                             optim=SFTOptimConfig(schedule="linear")))
+    assert not (tmp_path / "runs" / "bad").exists()
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"messages": []}\n')
     config = _tiny_config(tmp_path, name="bad",
