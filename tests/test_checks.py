@@ -89,3 +89,13 @@ def test_help_names_each_checked_range(capsys) -> None:
     assert "--optim.tasks-per-step INT Tasks (trees) per step. (valid: >= 1)" in text
     assert "(valid: > 0 and <= 1)" in text  # rollout.top_p
     assert "(valid: one of 'token_mean', 'seq_mean')" in text
+
+
+def test_eval_options_are_checked_with_their_names(capsys) -> None:
+    code = main(["eval", "--tasks", "0", "--temperature", "-1"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "--tasks is 0; must be >= 1" in err
+    assert "--temperature is -1.0; must be >= 0" in err
+    code = main(["eval", "--run", "runs/x", "--policy", "frozenlake-tiny"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "not both" in err

@@ -21,7 +21,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from treeroll.checks import Check
+from treeroll.checks import Check, checked, validate
 from treeroll.config import TrainConfig, _build, config_to_dict, load_config
 from treeroll.reporting import make_reporter
 
@@ -132,10 +132,11 @@ def _parse(cls: type[T], args: list[str], description: str, *, command: str,
             default = _build(cls, _merged(config_to_dict(default), overlay), "")
     text = f"{_plain(description.strip())}\n{CONFIG_HELP}"
     prog = f"treeroll {command}"
+    registry = _help_registry()
     if default is None:
-        return tyro.cli(cls, prog=prog, args=rest, description=text, registry=_help_registry())
+        return tyro.cli(cls, prog=prog, args=rest, description=text, registry=registry)
     return tyro.cli(cls, prog=prog, args=rest, default=default, description=text,
-                    registry=_help_registry())
+                    registry=registry)
 
 
 # --------------------------------------------------------------------------------------------
@@ -203,9 +204,9 @@ class EvalCommand:
     """Without --run: a shipped policy's name or a policy folder (default: the default
     training's starting policy, ``frozenlake-tiny``), on the default training's held-out
     tasks (FrozenLake, rLLM convention)."""
-    tasks: int = 256
+    tasks: int = checked(256, ge=1)
     """Held-out tasks (never used in training)."""
-    temperature: float = 0.0
+    temperature: float = checked(0.0, ge=0)
     """Sampling temperature (0 = greedy)."""
 
 
@@ -213,13 +214,10 @@ def cmd_eval(args: list[str]) -> int:
     """``treeroll eval``: evaluate a run's checkpoint (``--run``) or a policy (``--policy``)
     on held-out tasks."""
     command = _parse(EvalCommand, args, EvalCommand.__doc__ or "", command="eval")
-    if command.tasks < 1:
-        raise ValueError(f"--tasks must be >= 1, got {command.tasks}")
-    if command.run is not None and command.policy is not None:
-        raise ValueError("pass --run (a training run's checkpoint) or --policy (a policy "
-                         "folder or shipped name), not both")
-    if command.temperature < 0:
-        raise ValueError(f"--temperature must be >= 0, got {command.temperature}")
+    both = command.run is not None and command.policy is not None
+    validate(command, extra=[("--policy", "is given with --run; pass --run (a training run's "
+                              "checkpoint) or --policy (a policy folder or shipped name), not "
+                              "both")] if both else [])
     from treeroll.session import load_run_policy, starting_policy
     from treeroll.training.evaluation import evaluate, task_pools
 
