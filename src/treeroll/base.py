@@ -9,6 +9,7 @@ small typed records, so the rollout engine and the trainer never branch on a plu
   :class:`FinishingStrategy`, may have a last word on each finished tree).
 * :class:`ProcessScorer` -- scores a partial trajectory in ``[0, 1]`` (PATR's process feedback).
 * :data:`AdvantageEstimator` -- turns the leaves of one tree (one task's group) into advantages.
+* :class:`Allocator` -- decides each task's budget in a batch, and may grant more later.
 
 Required inputs are positional, hyper-parameters keyword-only; bind hyper-parameters with
 ``functools.partial`` or the component's config dataclass.
@@ -16,7 +17,7 @@ Required inputs are positional, hyper-parameters keyword-only; bind hyper-parame
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -27,10 +28,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AdvantageEstimator",
+    "Allocator",
+    "Budget",
     "Completion",
     "Env",
     "ExpertEnv",
     "ExpertReply",
+    "ExtendableStrategy",
     "FinishingStrategy",
     "GenerationBackend",
     "GenerationRequest",
@@ -40,6 +44,7 @@ __all__ = [
     "StepResult",
     "Strategy",
     "StrategyContext",
+    "UnitStrategy",
 ]
 
 
@@ -232,6 +237,12 @@ class StrategyContext:
     scorer: ProcessScorer | None = None
     state: dict[str, Any] = field(default_factory=dict)
     """Per-tree scratch space owned by the strategy (e.g. rounds done so far)."""
+    seed: int = 0
+    """The seed of ``rng``: a strategy that needs draws independent of the order in which
+    its units finish derives its own generators from it (``default_rng([seed, ...])``)."""
+    unit: Hashable | None = None
+    """Set by the engine while it calls ``step`` for one unit of a :class:`UnitStrategy`
+    (``None``: the call covers the whole tree, as in synchronous rounds)."""
 
 
 @runtime_checkable
@@ -240,9 +251,9 @@ class Strategy(Protocol):
 
     The rollout engine keeps a *frontier*: a list of nodes to extend by one turn each. Listing
     a node ``k`` times samples ``k`` children from it (a branch point); leaving an active node
-    out stops it (the strategy records why in ``node.status``). The engine batches the
-    frontiers of every tree in a batch into one backend call per turn, enforces the budget,
-    and stops a tree when its frontier is empty.
+    out stops it (the strategy records why in ``node.status``). The engine sends the ready
+    entries of every tree in a batch to the backend together, enforces the budget, and stops a
+    tree when its frontier is empty (see :mod:`treeroll.engine`).
     """
 
     @property
@@ -273,6 +284,70 @@ class FinishingStrategy(Strategy, Protocol):
         """Called once per tree when the rollout has ended: every branch has stopped and its
         status is final. May drop leaves from the group (``NodeStatus.DROPPED``); must not
         add nodes."""
+        ...
+
+
+@runtime_checkable
+class UnitStrategy(Strategy, Protocol):
+    """A :class:`Strategy` whose branches fall into independent *units*: an optional protocol.
+
+    By default a tree advances as one unit: ``step`` sees every child its last frontier
+    created, after all of them are back. A unit strategy splits the frontier: the engine calls
+    ``step`` for one unit (``ctx.unit`` names it, ``created`` holds that unit's children only)
+    as soon as that unit's branches are back, while the tree's other units are still in
+    flight. Chain's units are its trajectories; Tree-GRPO's are its M trees, so tree ``i`` is
+    expanded as soon as its own chain has ended. With ``RolloutConfig.synchronous`` the engine
+    ignores units (the released code's batched rounds).
+    """
+
+    def units(self, tree: RolloutTree, frontier: Sequence[Node],
+              ctx: StrategyContext) -> list[Hashable]:
+        """The unit of each entry of ``frontier`` (just returned by ``start``, ``step`` or
+        ``extend``), in order."""
+        ...
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one task's tree may spend: leaves and generated tokens (``None`` = no limit)."""
+
+    leaves: int | None = None
+    tokens: int | None = None
+
+
+@runtime_checkable
+class ExtendableStrategy(Strategy, Protocol):
+    """A :class:`Strategy` that can use more budget after its tree went idle: an optional
+    protocol (an :class:`Allocator` may grant more; a strategy without ``extend`` ignores it)."""
+
+    def extend(self, tree: RolloutTree, ctx: StrategyContext, grant: Budget) -> list[Node]:
+        """The tree has nothing in flight and was granted ``grant`` more (already added to
+        ``ctx``); return the frontier that spends it (empty: the tree stays finished)."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------
+# Budget allocators
+# --------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class Allocator(Protocol):
+    """Decides how much each task of a batch may spend (VIGOR moves budget between tasks).
+
+    ``start`` gives every tree its first budget; whenever trees go idle (nothing in flight,
+    nothing left to do) the engine calls ``grant`` with all idle trees, and each budget it
+    returns is *added* to that tree's (``None`` fields add nothing), after which the tree's
+    strategy continues it (:class:`ExtendableStrategy`). The rollout ends when every tree is
+    idle and ``grant`` returns nothing new. Grants for trees that are not idle are an error.
+    """
+
+    def start(self, trees: Sequence[RolloutTree]) -> list[Budget]:
+        """One budget per tree, in order."""
+        ...
+
+    def grant(self, trees: Sequence[RolloutTree], idle: Sequence[int]) -> dict[int, Budget]:
+        """More budget for some of the idle trees (indices into ``trees``); ``{}`` = none."""
         ...
 
 

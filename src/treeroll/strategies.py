@@ -18,13 +18,13 @@ in the frontier they return:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
-from treeroll.base import StrategyContext
+from treeroll.base import Budget, StrategyContext
 from treeroll.tree import Node, NodeStatus, RolloutTree, path_to, subtree_index
 
 __all__ = ["PATR", "Chain", "RandomTree", "TreeGRPO"]
@@ -55,6 +55,20 @@ class Chain:
     def step(self, tree: RolloutTree, created: list[Node], ctx: StrategyContext) -> list[Node]:
         """Continue every branch that has not ended."""
         return _active(created)
+
+    def units(self, tree: RolloutTree, frontier: Sequence[Node],
+              ctx: StrategyContext) -> list[Hashable]:
+        """Every trajectory is its own unit: it never waits for the others."""
+        if ctx.unit is not None:
+            return [ctx.unit] * len(frontier)
+        first = ctx.state.get("units", 0)
+        ctx.state["units"] = first + len(frontier)
+        return list(range(first, first + len(frontier)))
+
+    def extend(self, tree: RolloutTree, ctx: StrategyContext, grant: Budget) -> list[Node]:
+        """More chains from the root: one per granted leaf (``group_size`` if the grant has
+        no leaf count)."""
+        return [tree.root] * (grant.leaves if grant.leaves is not None else self.group_size)
 
 
 @dataclass
@@ -92,8 +106,25 @@ class TreeGRPO:
         ctx.state["root_picks"] = list(range(self.m))  # tree of each root entry, in order
         return [tree.root] * self.m
 
+    def units(self, tree: RolloutTree, frontier: Sequence[Node],
+              ctx: StrategyContext) -> list[Hashable]:
+        """Each of the M trees is a unit: tree ``i`` is expanded as soon as its own branches
+        have ended (the synchronous engine waits for all M, as the released code does)."""
+        roots = iter(ctx.state.pop("root_units", ctx.state.get("root_picks", [])))
+        return [next(roots) if node is tree.root else subtree_index(tree, node)
+                for node in frontier]
+
+    def extend(self, tree: RolloutTree, ctx: StrategyContext, grant: Budget) -> list[Node]:
+        """One more expansion round over every tree (N picks each), as far as the budget
+        granted allows."""
+        ctx.state["round"] = ctx.state.get("round", 0) + 1
+        return self._pick(tree, ctx)
+
     def step(self, tree: RolloutTree, created: list[Node], ctx: StrategyContext) -> list[Node]:
-        """Continue active branches; when all have ended, run the next expansion round."""
+        """Continue active branches; when all have ended, run the next expansion round
+        (of the whole task, or of one of its trees when ``ctx.unit`` names it)."""
+        if ctx.unit is not None:
+            return self._step_unit(tree, created, ctx, int(ctx.unit))
         # New children of the root come from the root entries of the last frontier, in order;
         # the budget may have cut the last of them.
         fresh = [node for node in created if node.parent is tree.root]
@@ -107,6 +138,27 @@ class TreeGRPO:
             ctx.state["round"] += 1
             picks = self._pick(tree, ctx)
             if picks:
+                return picks
+        return []
+
+    def _step_unit(self, tree: RolloutTree, created: list[Node], ctx: StrategyContext,
+                   index: int) -> list[Node]:
+        """Tree ``index`` alone: its rounds are counted apart and its picks drawn from a
+        generator of its own, so the picks do not depend on when the other trees end."""
+        for node in created:
+            if node.parent is tree.root:
+                node.tree_index = index
+        active = _active(created)
+        if active:
+            return active
+        rounds = ctx.state.setdefault("unit_rounds", {})
+        while rounds.get(index, 0) < self.l:
+            rounds[index] = rounds.get(index, 0) + 1
+            rng = np.random.default_rng([ctx.seed, index, rounds[index]])
+            members = _by_tree(tree).get(index, [])
+            picks = self._pick_from(tree, members, rng, rounds[index])
+            if picks:
+                ctx.state["root_units"] = [index] * sum(node is tree.root for node in picks)
                 return picks
         return []
 
@@ -128,16 +180,24 @@ class TreeGRPO:
         picks: list[Node] = []
         root_picks: list[int] = []
         for index, members in _by_tree(tree).items():
-            candidates = [n for n in members if n.children and not n.ended]
-            if self.include_root:
-                candidates.append(tree.root)
-            for choice in ctx.rng.integers(len(candidates), size=self.n) if candidates else []:
-                node = candidates[int(choice)]
-                node.note = f"picked for expansion in round {ctx.state['round']}"
-                picks.append(node)
-                if node is tree.root:
-                    root_picks.append(index)
+            chosen = self._pick_from(tree, members, ctx.rng, ctx.state["round"])
+            picks.extend(chosen)
+            root_picks.extend(index for node in chosen if node is tree.root)
         ctx.state["root_picks"] = root_picks
+        return picks
+
+    def _pick_from(self, tree: RolloutTree, members: list[Node], rng: np.random.Generator,
+                   round_: int) -> list[Node]:
+        """N nodes of one tree to expand, uniformly with replacement among its non-leaf
+        nodes (and the root with ``include_root``)."""
+        candidates = [n for n in members if n.children and not n.ended]
+        if self.include_root:
+            candidates.append(tree.root)
+        picks = []
+        for choice in rng.integers(len(candidates), size=self.n) if candidates else []:
+            node = candidates[int(choice)]
+            node.note = f"picked for expansion in round {round_}"
+            picks.append(node)
         return picks
 
 
