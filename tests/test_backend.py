@@ -175,3 +175,50 @@ def test_top_p_logprobs_are_those_of_the_nucleus_sampled_from(tiny_model, word_t
                                                  strict=True)):
             expected = _nucleus(every[len(prompt) - 1 + i], temperature, top_p)
             assert logprob == pytest.approx(expected[token], abs=1e-4)
+
+
+def test_a_branch_points_later_children_need_no_forward(tiny_model, word_tokenizer) -> None:
+    """A prompt seen before (its KV in the trie, its last logits kept) is not forwarded again,
+    not even its last token, alone or beside new prompts; what is sampled from it matches a
+    plain forward within 1e-4, and the kept logits go with the trie on reset."""
+    vocab = len(word_tokenizer)
+    node, other = _random_prompts(vocab, [15, 9], seed=11)
+    backend = HFBackend(tiny_model)
+    params = SamplingParams(max_new_tokens=4, stop_token_ids=())
+    backend.generate([GenerationRequest(node, seed=0)], params)
+    before = backend.stats["forward_tokens"]
+    later = backend.generate([GenerationRequest(node, seed=1), GenerationRequest(node, seed=2),
+                              GenerationRequest(other, seed=3)], params)
+    assert [c.prefill_tokens for c in later] == [0, 0, len(other)]
+    assert [c.cached_tokens for c in later] == [len(node), len(node), 0]
+    decoded = 3 * (params.max_new_tokens - 1)
+    assert backend.stats["forward_tokens"] - before == len(other) + decoded
+    for prompt, completion in zip((node, node, other), later, strict=True):
+        full = torch.tensor([list(prompt) + completion.token_ids[:-1]])
+        with torch.no_grad():
+            logp = torch.log_softmax(tiny_model(input_ids=full).logits[0].float(), -1)
+        reference = [float(logp[len(prompt) - 1 + i, t])
+                     for i, t in enumerate(completion.token_ids)]
+        assert max(abs(a - b) for a, b in zip(reference, completion.logprobs,
+                                               strict=True)) <= 1e-4
+    backend.reset_cache()
+    again = backend.generate([GenerationRequest(node, seed=1)], params)[0]
+    assert again.prefill_tokens == len(node)
+    off = HFBackend(tiny_model, keep_logits=False)
+    off.generate([GenerationRequest(node, seed=0)], params)
+    assert off.generate([GenerationRequest(node, seed=1)], params)[0].prefill_tokens == 1
+
+
+def test_load_weights_replaces_the_weights_and_forgets_the_cache(tiny_model, word_tokenizer
+                                                                  ) -> None:
+    prompt = _random_prompts(len(word_tokenizer), [10], seed=2)[0]
+    backend = HFBackend(tiny_model)
+    params = SamplingParams(temperature=0.0, max_new_tokens=3)
+    backend.generate([GenerationRequest(prompt)], params)
+    state = {k: torch.zeros_like(v) for k, v in tiny_model.state_dict().items()}
+    backend.load_weights(state)
+    assert all(float(p.detach().abs().sum()) == 0 for p in tiny_model.parameters())
+    out = backend.generate([GenerationRequest(prompt)], params)[0]
+    assert out.prefill_tokens == len(prompt)  # nothing cached under the old weights is reused
+    from treeroll.base import UpdatableBackend
+    assert isinstance(backend, UpdatableBackend)

@@ -45,6 +45,7 @@ __all__ = [
     "Strategy",
     "StrategyContext",
     "UnitStrategy",
+    "UpdatableBackend",
 ]
 
 
@@ -180,7 +181,8 @@ class GenerationBackend(Protocol):
     backend, automatic prefix caching in vLLM, RadixAttention in SGLang). They must count
     honestly: ``prefill_tokens`` are prompt tokens actually forwarded for this request,
     ``cached_tokens`` those served from a cache, so the two add up to ``len(prompt_ids)``
-    (a request whose prompt is entirely cached still forwards its last token).
+    (a request whose prompt is entirely cached forwards its last token again, unless the
+    backend kept that position's logits, as the transformers backend does).
     """
 
     def generate(
@@ -191,6 +193,17 @@ class GenerationBackend(Protocol):
 
     def reset_cache(self) -> None:
         """Forget every cached prefix (call after a weight update)."""
+        ...
+
+
+@runtime_checkable
+class UpdatableBackend(GenerationBackend, Protocol):
+    """A backend that can take new weights: an optional protocol (a trainer whose backend
+    shares its model object in-process only needs ``reset_cache`` after an update)."""
+
+    def load_weights(self, state_dict: dict[str, Any]) -> None:
+        """Sample with these weights from now on. Everything cached under the old weights
+        (prefix KV, kept logits) is forgotten: it would mix two policies in one sample."""
         ...
 
 

@@ -11,14 +11,19 @@ nothing on a CPU): cached prefixes are left-padded to a common length, new token
 left-padded too, the attention mask hides the padding, and explicit position ids keep each
 row's positions contiguous. Rows are dropped from the batch as they finish.
 
-The trie stores KV for every token but the last one of each sequence it saw: a prompt's last
-token is always fed again, so that its logits exist (a cache that already covers all of
-``input_ids`` is otherwise silently re-read by transformers 5.2x).
+The trie stores KV for every token but the last one of each sequence it saw. A prompt's last
+token is fed again unless the backend kept its logits: the last-position logits of every
+prefilled prompt are kept (a small LRU, cleared with the trie), so a branch point's later
+children, requested in later calls, need no forward before their first sample
+(``computed_over_unique`` 1.0). Those logits come from the batch they were computed in: they
+equal a fresh forward's within float rounding (1e-4 here), not bit for bit; pass
+``keep_logits=False`` for batch-independent bits.
 """
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -176,17 +181,28 @@ class HFBackend:
     """
 
     def __init__(self, model: Any, *, max_batch_size: int = 64, use_prefix_cache: bool = True,
-                 max_cached_tokens: int = 262_144, pad_token_id: int = 0) -> None:
+                 max_cached_tokens: int = 262_144, pad_token_id: int = 0,
+                 keep_logits: bool = True, max_kept_logits: int = 4096) -> None:
         self.model = model
         self.max_batch_size = max_batch_size
         self.use_prefix_cache = use_prefix_cache
         self.trie = KVTrie(max_cached_tokens)
         self.pad_token_id = pad_token_id
+        self.keep_logits = keep_logits and use_prefix_cache
+        self.max_kept_logits = max_kept_logits
+        self._logits: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
         self.stats = {"forward_tokens": 0, "generated": 0, "prefill": 0, "cached": 0}
 
     def reset_cache(self) -> None:
-        """Forget every cached prefix (call after each weight update)."""
+        """Forget every cached prefix and kept logits (call after each weight update)."""
         self.trie.clear()
+        self._logits.clear()
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Copy new weights into the model in place and forget every cached prefix (their
+        keys and values belong to the old weights)."""
+        self.model.load_state_dict(state_dict)
+        self.reset_cache()
 
     def generate(self, requests: Sequence[GenerationRequest],
                  params: SamplingParams) -> list[Completion]:
@@ -224,8 +240,17 @@ class HFBackend:
         unique: dict[tuple[int, ...], int] = {}
         owner = [unique.setdefault(r.prompt, len(unique)) for r in rows]
         prompts = list(unique)
+        kept: dict[int, tuple[torch.Tensor, KV]] = {}  # prompts needing no forward at all
+        for u, p in enumerate(prompts):
+            if self.keep_logits and p in self._logits:
+                m, kv = self.trie.match(p)
+                if m == len(p):
+                    self._logits.move_to_end(p)
+                    kept[u] = (self._logits[p], kv)
         matched: list[tuple[int, KV]] = [
-            self.trie.match(p[:-1]) if self.use_prefix_cache else (0, []) for p in prompts]
+            (len(p), kept[u][1]) if u in kept else
+            self.trie.match(p[:-1]) if self.use_prefix_cache else (0, [])
+            for u, p in enumerate(prompts)]
         feeds = [p[m:] for p, (m, _) in zip(prompts, matched, strict=True)]
         first_seen: set[int] = set()
         for row, u in zip(rows, owner, strict=True):
@@ -236,14 +261,11 @@ class HFBackend:
                 row.cached = matched[u][0]
                 row.prefill = len(feeds[u])
 
-        cache, mask, positions, input_ids = self._pack([kv for _, kv in matched],
-                                                       [m for m, _ in matched], feeds)
-        logits = self._forward(input_ids, mask, positions, cache)[:, -1]  # [unique, vocab]
-        self.stats["forward_tokens"] += sum(len(f) for f in feeds)
+        cache, mask, next_pos, logits = self._prefill(prompts, matched, feeds, kept)
         select = torch.tensor(owner)
         logits = logits[select]
         mask = mask[select]
-        next_pos = positions[select, -1] + 1
+        next_pos = next_pos[select]
         cache.batch_select_indices(select)
         live = list(range(len(rows)))  # batch row -> rows index
 
@@ -278,38 +300,81 @@ class HFBackend:
             self.stats["cached"] += row.cached
         return rows
 
+    def _prefill(self, prompts: list[tuple[int, ...]], matched: list[tuple[int, KV]],
+                 feeds: list[tuple[int, ...]], kept: dict[int, tuple[torch.Tensor, KV]]
+                 ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Forward what the cache lacks; return the batch's cache, mask, next positions and
+        last logits, one row per prompt. Prompts in ``kept`` are not forwarded: their KV
+        (from the trie) and kept logits join the forwarded rows, left-padded."""
+        fed = [u for u in range(len(prompts)) if u not in kept]
+        if fed:
+            cache, mask, positions, input_ids = self._pack(
+                [matched[u][1] for u in fed], [matched[u][0] for u in fed],
+                [feeds[u] for u in fed])
+            logits = self._forward(input_ids, mask, positions, cache)[:, -1]  # [fed, vocab]
+            self.stats["forward_tokens"] += sum(len(feeds[u]) for u in fed)
+            if self.keep_logits:
+                for b, u in enumerate(fed):
+                    self._logits[prompts[u]] = logits[b].clone()
+                while len(self._logits) > self.max_kept_logits:
+                    self._logits.popitem(last=False)
+            if not kept:
+                return cache, mask, positions[:, -1] + 1, logits
+        kvs: list[KV] = []
+        rows: list[torch.Tensor] = []
+        for u in range(len(prompts)):
+            if u in kept:
+                rows.append(kept[u][0])
+                kvs.append(kept[u][1])
+            else:
+                b = fed.index(u)
+                rows.append(logits[b])
+                keep = mask[b].nonzero().squeeze(-1)
+                kvs.append([(layer.keys[b][:, keep], layer.values[b][:, keep])
+                            for layer in cache.layers])
+        lengths = [len(p) for p in prompts]
+        merged, merged_mask = self._pack_past(kvs, lengths)
+        return merged, merged_mask, torch.tensor(lengths), torch.stack(rows)
+
     def _pack(self, kvs: list[KV], lengths: list[int], feeds: list[tuple[int, ...]]
               ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Left-pad cached prefixes and new tokens into one batch."""
-        from transformers import DynamicCache
-
         batch = len(feeds)
         past = max(lengths)
         new = max(len(f) for f in feeds)
         input_ids = torch.full((batch, new), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros(batch, past + new, dtype=torch.long)
         positions = torch.zeros(batch, new, dtype=torch.long)
+        cache, past_mask = self._pack_past(kvs, lengths)
+        mask = torch.cat([past_mask, torch.zeros(batch, new, dtype=torch.long)], dim=1)
         for b, (m, feed) in enumerate(zip(lengths, feeds, strict=True)):
             n = len(feed)
             input_ids[b, new - n:] = torch.tensor(feed)
-            mask[b, past - m:past] = 1
             mask[b, past + new - n:] = 1
             positions[b, new - n:] = torch.arange(m, m + n)
-        layers = []
-        if past > 0:
-            reference = next(kv for kv in kvs if kv)
-            for layer, (k0, v0) in enumerate(reference):
-                keys = k0.new_zeros(batch, k0.shape[0], past, k0.shape[2])
-                values = v0.new_zeros(batch, v0.shape[0], past, v0.shape[2])
-                for b, (m, kv) in enumerate(zip(lengths, kvs, strict=True)):
-                    if m:
-                        keys[b, :, past - m:] = kv[layer][0]
-                        values[b, :, past - m:] = kv[layer][1]
-                layers.append((keys, values))
-            cache = DynamicCache(ddp_cache_data=layers)
-        else:
-            cache = DynamicCache()
         return cache, mask, positions, input_ids
+
+    @staticmethod
+    def _pack_past(kvs: list[KV], lengths: list[int]) -> tuple[Any, torch.Tensor]:
+        """Left-pad cached prefixes (``lengths[b]`` tokens each) into one cache and its mask."""
+        from transformers import DynamicCache
+
+        batch, past = len(lengths), max(lengths)
+        mask = torch.zeros(batch, past, dtype=torch.long)
+        for b, m in enumerate(lengths):
+            mask[b, past - m:] = 1
+        if past == 0:
+            return DynamicCache(), mask
+        layers = []
+        reference = next(kv for kv in kvs if kv)
+        for layer, (k0, v0) in enumerate(reference):
+            keys = k0.new_zeros(batch, k0.shape[0], past, k0.shape[2])
+            values = v0.new_zeros(batch, v0.shape[0], past, v0.shape[2])
+            for b, (m, kv) in enumerate(zip(lengths, kvs, strict=True)):
+                if m:
+                    keys[b, :, past - m:] = kv[layer][0]
+                    values[b, :, past - m:] = kv[layer][1]
+            layers.append((keys, values))
+        return DynamicCache(ddp_cache_data=layers), mask
 
     def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
                  cache: Any) -> torch.Tensor:
