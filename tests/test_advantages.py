@@ -83,7 +83,8 @@ def test_constant_group_has_zero_advantage_and_registry() -> None:
     tree = _tree([[1.0, 1.0], [1.0]])
     for name in ("grpo", "dr_grpo", "rloo", "tree"):
         np.testing.assert_allclose(ADVANTAGES.get(name)(tree), 0.0, atol=1e-9)
-    with pytest.raises(ValueError, match="valid: dr_grpo, grpo, rloo, tree"):
+    assert all(abs(v) < 1e-12 for v in advantages.treerl(tree).values())
+    with pytest.raises(ValueError, match="valid: dr_grpo, grpo, rloo, tree, treerl"):
         ADVANTAGES.get("nope")
 
 
@@ -116,3 +117,42 @@ def test_configured_estimator_gets_its_hyper_parameters(tmp_path) -> None:
     config = load_config(path).advantage
     assert (config.name, config.std, config.singleton, config.eps) == ("tree", "sample", "verl",
                                                                        0.01)
+
+
+def test_treerl_is_global_plus_local_node_value_over_sqrt_leaves() -> None:
+    """TreeRL on a hand tree: V(root) = 4/6; subtree 0 trunk V = 1/2, its leaves 1 and 0;
+    subtree 2 trunk V = 2/3."""
+    tree = _tree([[1.0, 0.0], [1.0], [1.0, 1.0, 0.0]])
+    values = advantages.treerl(tree)
+    root = 4 / 6
+    trunks = [n for n in tree.root.children]
+    expected_trunk = [((v - root) + (v - root)) / np.sqrt(k)
+                      for v, k in ((0.5, 2), (1.0, 1), (2 / 3, 3))]
+    np.testing.assert_allclose([values[t.id] for t in trunks], expected_trunk)
+    first_leaf = trunks[0].children[0]  # reward 1 under a trunk of value 1/2
+    assert np.isclose(values[first_leaf.id], (1 - root) + (1 - 0.5))
+    raw = advantages.treerl(tree, leaf_normalise=False)
+    assert np.isclose(raw[trunks[2].id], 2 * (2 / 3 - root))
+
+
+def test_token_credit_spreads_turn_values_over_model_tokens_only() -> None:
+    tree = RolloutTree.new(0, 0, 0, prompt_ids=[1], prompt_text="p")
+    a = tree.add_child(tree.root, action_ids=[5, 6], observation_ids=[7, 8, 9],
+                       status=NodeStatus.EXPANDED)
+    b = tree.add_child(a, action_ids=[10], reward=1.0, terminated=True,
+                       status=NodeStatus.TERMINAL)
+    c = tree.add_child(a, action_ids=[11, 12], reward=0.0, terminated=True,
+                       status=NodeStatus.TERMINAL)
+    per_node = advantages.token_credit(tree, {a.id: 0.5, b.id: 2.0, c.id: -1.0})
+    np.testing.assert_array_equal(per_node[0], [0.5, 0.5, 0, 0, 0, 2.0])
+    np.testing.assert_array_equal(per_node[1], [0.5, 0.5, 0, 0, 0, -1.0, -1.0])
+    per_leaf = advantages.token_credit(tree, np.array([1.0, -1.0]))
+    assert per_leaf == [1.0, -1.0]
+    per_turn = advantages.token_credit(tree, [np.array([1.0, 2.0]), np.array([3.0, 4.0])])
+    np.testing.assert_array_equal(per_turn[1], [3, 3, 0, 0, 0, 4, 4])
+    with pytest.raises(ValueError, match="no value for node"):
+        advantages.token_credit(tree, {a.id: 1.0})
+    with pytest.raises(ValueError, match="3 values for 2 leaves"):
+        advantages.token_credit(tree, np.zeros(3))
+    with pytest.raises(ValueError, match="1 values for 2 turns"):
+        advantages.token_credit(tree, [np.zeros(1), np.zeros(2)])

@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 import torch
 
+from treeroll.advantages import token_credit
 from treeroll.backends.local import ModelConfig, build_model
 from treeroll.config import TrainConfig
 from treeroll.plugins import ADVANTAGES
 from treeroll.training.loss import LossConfig, TrainItem, expanded_backward
 from treeroll.training.packed import packed_backward, supports_packing, unique_tokens
 from treeroll.training.trainer import _update
-from treeroll.tree import Node, NodeStatus, RolloutTree, export_trajectories
+from treeroll.tree import Node, NodeStatus, RolloutTree, export_trajectories, leaves
 
 VOCAB = 40
 TINY = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, seed=0)
@@ -86,9 +87,9 @@ def items_of(trees: list[RolloutTree], estimator: str | None = None) -> list[Tra
     out: list[TrainItem] = []
     for tree in trees:
         count = len(export_trajectories(tree))
-        advantages = (ADVANTAGES.get(estimator)(tree) if estimator
+        advantages = (token_credit(tree, ADVANTAGES.get(estimator)(tree)) if estimator
                       else [rng.gauss(0, 1) for _ in range(count)])
-        out.extend(TrainItem(t, float(a))
+        out.extend(TrainItem(t, a)
                    for t, a in zip(export_trajectories(tree), advantages, strict=True))
     return out
 
@@ -157,6 +158,30 @@ def test_every_advantage_estimator(estimator: str) -> None:
     rng = random.Random(3)
     trees = [random_tree(rng, g, depth=3, width=3, prune=0.2) for g in range(2)]
     assert_same(items_of(trees, estimator), LossConfig(), torch.float32)
+
+
+def per_turn_items(trees: list[RolloutTree], seed: int) -> list[TrainItem]:
+    """Items with a random value of either sign per turn *and leaf* (the most general credit:
+    leaves through a shared turn disagree on it, so a shared token mixes signs)."""
+    rng = np.random.default_rng(seed)
+    out: list[TrainItem] = []
+    for tree in trees:
+        group = leaves(tree)
+        credit = [rng.normal(size=leaf.depth) for leaf in group]
+        out.extend(TrainItem(t, a) for t, a in zip(export_trajectories(tree),
+                                                    token_credit(tree, credit), strict=True))
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_per_turn_advantages_through_the_packed_update_equal_the_expanded_update(dtype) -> None:
+    rng = random.Random(21)
+    trees = [random_tree(rng, g, depth=4, width=3, prune=0.2) for g in range(2)]
+    items = per_turn_items(trees, seed=4)
+    assert all(isinstance(it.advantage, np.ndarray) for it in items)
+    assert_same(items, LossConfig(kl_coef=0.05, clip_low=0.1, clip_high=0.15), dtype,
+                use_ref=True)
+    assert_same(items_of(trees, "treerl"), LossConfig(normalisation="seq_mean"), dtype)
 
 
 @pytest.mark.parametrize("max_packed_tokens", [1, 3, 10])

@@ -368,6 +368,8 @@ class Allocator(Protocol):
 # Advantage estimators
 # --------------------------------------------------------------------------------------------
 
-AdvantageEstimator = Callable[["RolloutTree"], np.ndarray]
-"""Maps one task's tree (its leaves are the group) to one advantage per leaf, in the order of
-``treeroll.tree.leaves(tree)``; shape ``[num_leaves]``. Hyper-parameters are keyword-only."""
+AdvantageEstimator = Callable[["RolloutTree"], Any]
+"""Maps one task's tree (its leaves are the group) to its credit: one advantage per leaf in the
+order of ``treeroll.tree.leaves(tree)`` (shape ``[num_leaves]``), or per turn (a mapping
+``node id -> value``, or one array of turn values per leaf); see
+:func:`treeroll.advantages.token_credit`. Hyper-parameters are keyword-only."""

@@ -118,7 +118,8 @@ class AdvantageConfig:
     take must keep its default (else an error names it)."""
 
     name: str = "grpo"
-    """``grpo``, ``dr_grpo``, ``rloo``, ``tree`` or ``package.module:function``."""
+    """``grpo``, ``dr_grpo``, ``rloo``, ``tree``, ``treerl`` (per turn) or
+    ``package.module:function``."""
     std: str = checked("population", choices=("population", "sample"))
     """``grpo``, ``tree``: divide by the ``population`` std (ddof=0, the default) or the
     ``sample`` std (ddof=1, unbiased: verl's and TRL's, hence Tree-GRPO's code's)."""

@@ -26,6 +26,7 @@ ADVANTAGES.register("grpo", advantages.grpo)
 ADVANTAGES.register("dr_grpo", advantages.dr_grpo)
 ADVANTAGES.register("rloo", advantages.rloo)
 ADVANTAGES.register("tree", advantages.tree_advantage)
+ADVANTAGES.register("treerl", advantages.treerl)
 
 
 def make_estimator(advantage_config: Any) -> AdvantageEstimator:

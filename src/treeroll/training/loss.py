@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from treeroll.checks import checked
@@ -40,10 +41,25 @@ class LossConfig:
 
 @dataclass
 class TrainItem:
-    """One leaf to train on: its tokens and its advantage."""
+    """One leaf to train on: its tokens and its advantage, one value for the whole leaf or
+    one per response token (:func:`treeroll.advantages.token_credit` makes them; values at
+    environment tokens are ignored)."""
 
     trajectory: Trajectory
-    advantage: float
+    advantage: float | np.ndarray
+
+    def __post_init__(self) -> None:
+        if isinstance(self.advantage, np.ndarray):
+            n = len(self.trajectory.response_ids)
+            if self.advantage.shape != (n,):
+                raise ValueError(f"a per-token advantage needs shape ({n},) (the leaf's "
+                                 f"response tokens), got {self.advantage.shape}")
+
+    def token_advantages(self) -> np.ndarray:
+        """The advantage of every response token, float64 ``[len(response_ids)]``."""
+        if isinstance(self.advantage, np.ndarray):
+            return self.advantage.astype(np.float64)
+        return np.full(len(self.trajectory.response_ids), float(self.advantage))
 
 
 def ppo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantage: torch.Tensor,
@@ -130,7 +146,7 @@ def _chunk_backward(model: Any, items: list[TrainItem], weights: list[float],
         n = len(it.trajectory.response_ids)
         mask[b, offset: offset + n] = torch.tensor(it.trajectory.response_mask, dtype=torch.float)
         old[b, offset: offset + n] = torch.tensor(it.trajectory.response_logprobs)
-        advantage[b, offset: offset + n] = it.advantage
+        advantage[b, offset: offset + n] = torch.from_numpy(it.token_advantages())
         weight[b, offset: offset + n] = weights[b]
     ref_logp = None
     if ref_model is not None and config.kl_coef:

@@ -8,7 +8,8 @@ that happen to sample the same tokens with different recorded logprobs stay apar
 
 Every trie token carries the aggregate of the leaves through it (ALGORITHMS.md section 7): with
 per-leaf weight ``w`` (the normalisation of :func:`treeroll.training.loss.token_weights`) and
-advantage ``A``, the expanded loss ``sum_leaves -w * min(r * A, clip(r) * A)`` equals
+advantage ``A`` (the leaf's value at that token: one per leaf, or per turn, per token), the
+expanded loss ``sum_leaves -w * min(r * A, clip(r) * A)`` equals
 ``-(P * min(r, clip r) + N * max(r, clip r))`` with ``P`` the sum of ``w * A`` over leaves with
 ``A >= 0`` and ``N`` over leaves with ``A < 0``; the k3 KL term weighs ``sum w``. Metrics weigh
 each trie token by its leaf multiplicity, so ``clip_fraction``, ``entropy`` and ``kl`` equal the
@@ -129,13 +130,10 @@ class _Trie:
         ids = t.prompt_ids + t.response_ids
         mask = [0] * len(t.prompt_ids) + list(t.response_mask)
         old = [0.0] * len(t.prompt_ids) + [float(x) for x in t.response_logprobs]
-        advantage = item.advantage
-        add = {"positive": weight * advantage if advantage >= 0 else 0.0,
-               "negative": weight * advantage if advantage < 0 else 0.0,
-               "weight": weight, "count": 1.0,
-               "count_positive": float(advantage > 0), "count_negative": float(advantage < 0)}
+        advantages = [0.0] * len(t.prompt_ids) + item.token_advantages().tolist()
+        acc = self.acc
         node = 0
-        for key in zip(ids, mask, old, strict=True):
+        for key, advantage in zip(zip(ids, mask, old, strict=True), advantages, strict=True):
             child = self.children[node].get(key)
             if child is None:
                 child = len(self.key)
@@ -143,10 +141,16 @@ class _Trie:
                 self.children.append({})
                 self.key.append(key)
                 for name in self._FIELDS:
-                    self.acc[name].append(0.0)
+                    acc[name].append(0.0)
             node = child
-            for name, value in add.items():
-                self.acc[name][node] += value
+            if advantage >= 0:
+                acc["positive"][node] += weight * advantage
+                acc["count_positive"][node] += float(advantage > 0)
+            else:
+                acc["negative"][node] += weight * advantage
+                acc["count_negative"][node] += 1.0
+            acc["weight"][node] += weight
+            acc["count"][node] += 1.0
 
     def segments(self, max_length: int) -> list[_Segment]:
         """Compress unary runs into segments of at most ``max_length`` tokens."""

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from treeroll.advantages import token_credit
 from treeroll.backends.hf import HFBackend
 from treeroll.config import TrainConfig, check_config, config_to_dict
 from treeroll.plugins import make_env_factory, make_estimator, make_strategy, scorer_name_for
@@ -249,9 +250,8 @@ def _train_items(trees: list[RolloutTree], estimator: Any, drop_zero_variance: b
             continue
         if drop_zero_variance and len({t.reward for t in trajectories}) == 1:
             continue
-        advantages = estimator(tree)
-        items.extend(TrainItem(t, float(a))
-                     for t, a in zip(trajectories, advantages, strict=True))
+        advantages = token_credit(tree, estimator(tree))
+        items.extend(TrainItem(t, a) for t, a in zip(trajectories, advantages, strict=True))
     return items
 
 
