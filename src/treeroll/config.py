@@ -7,6 +7,7 @@ dataclasses; an unknown key is an error that names it and lists the valid keys.
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 import typing
 from dataclasses import dataclass, field
@@ -42,7 +43,11 @@ class EnvConfig:
 
     name: str = "frozenlake_rllm"
     """``frozenlake_rllm`` (PATR's benchmark), ``frozenlake_ragen``, ``swe``, ``gym:<env id>``,
-    or ``package.module:factory`` (a zero-argument callable returning an Env)."""
+    or ``package.module:factory`` (a callable returning an Env, called with ``options``)."""
+    options: dict[str, str] = field(default_factory=dict)
+    """A user's own environment factory (``package.module:object``): its config block, ``KEY VALUE``
+    pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
+    them as its fields, a builder as keywords."""
     size_min: int | None = checked(None, ge=2)
     """FrozenLake: smallest map side (None = the convention's)."""
     size_max: int | None = checked(None, ge=2)
@@ -88,10 +93,42 @@ class StrategyConfig:
 
     name: str = "chain"
     """``chain``, ``tree_grpo``, ``patr``, ``random_tree``, or ``package.module:object``."""
+    options: dict[str, str] = field(default_factory=dict)
+    """A user's own strategy (``package.module:object``): its config block, ``KEY VALUE``
+    pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
+    them as its fields, a builder as keywords."""
     chain: Chain = field(default_factory=Chain)
     tree_grpo: TreeGRPO = field(default_factory=TreeGRPO)
     patr: PATR = field(default_factory=PATR)
     random_tree: RandomTree = field(default_factory=RandomTree)
+
+
+@dataclass
+class HFBackendConfig:
+    """The transformers backend (``treeroll.backends.hf.HFBackend``)."""
+
+    max_batch_size: int = checked(64, ge=1)
+    """Requests decoded together at most (more are split into several batches)."""
+    max_cached_tokens: int = checked(262_144, ge=1)
+    """Bound of the KV-cache trie in tokens (least recently used branches are evicted)."""
+    use_prefix_cache: bool = True
+    """Reuse the KV of shared prefixes (False recomputes every prompt: the reference path)."""
+    keep_logits: bool = True
+    """Keep each prefilled prompt's last logits, so a branch point's later children need no
+    forward (equal to a fresh forward within float rounding, not bit for bit)."""
+
+
+@dataclass
+class BackendConfig:
+    """What generates the rollouts."""
+
+    name: str = "hf"
+    """``hf`` (transformers, in process) or ``package.module:builder`` (called with the
+    policy and ``options``; returns a GenerationBackend)."""
+    options: dict[str, str] = field(default_factory=dict)
+    """A user's own backend: its config block, ``KEY VALUE`` pairs on the command line or a
+    mapping in YAML, each value read as YAML; given to the builder as keywords."""
+    hf: HFBackendConfig = field(default_factory=HFBackendConfig)
 
 
 @dataclass
@@ -100,6 +137,10 @@ class ScorerConfig:
 
     name: str | None = None
     """e.g. ``frozenlake_progress``, ``degeneracy``, ``blend``; None = no scorer."""
+    options: dict[str, str] = field(default_factory=dict)
+    """A user's own scorer (``package.module:object``): its config block, ``KEY VALUE``
+    pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
+    them as its fields, a builder as keywords."""
     blend_a: str = "frozenlake_progress"
     """``blend``: first scorer."""
     blend_b: str = "degeneracy"
@@ -120,6 +161,10 @@ class AdvantageConfig:
     name: str = "grpo"
     """``grpo``, ``dr_grpo``, ``rloo``, ``tree``, ``treerl`` (per turn) or
     ``package.module:function``."""
+    options: dict[str, str] = field(default_factory=dict)
+    """A user's own estimator (``package.module:object``): its config block, ``KEY VALUE``
+    pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
+    them as its fields, a builder as keywords."""
     std: str = checked("population", choices=("population", "sample"))
     """``grpo``, ``tree``: divide by the ``population`` std (ddof=0, the default) or the
     ``sample`` std (ddof=1, unbiased: verl's and TRL's, hence Tree-GRPO's code's)."""
@@ -201,6 +246,7 @@ class TrainConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     scorer: ScorerConfig = field(default_factory=ScorerConfig)
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
@@ -237,6 +283,10 @@ def _build(cls: type[T], data: Any, where: str) -> T:
 
 
 def _check_scalar(hint: Any, value: Any, path: str) -> Any:
+    if typing.get_origin(hint) is dict:  # a user plug-in's block: values kept as YAML text
+        if not isinstance(value, dict):
+            raise ValueError(f"config key {path}: expected a mapping, got {value!r}")
+        return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
     if typing.get_origin(hint) is tuple:
         if not isinstance(value, (list, tuple)):
             raise ValueError(f"config key {path}: expected a list, got {value!r}")
@@ -280,7 +330,7 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
     of any config with the same sections): each ``(option, message)`` names what is valid.
     Nothing is imported or built; ``package.module:object`` names are checked when made."""
     from treeroll.checks import option_name
-    from treeroll.plugins import ADVANTAGES, ENVS, SCORERS, STRATEGIES
+    from treeroll.plugins import ADVANTAGES, BACKENDS, ENVS, SCORERS, STRATEGIES
     from treeroll.views import VIEWS
 
     found: list[tuple[str, str]] = []
@@ -298,6 +348,8 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
         choice("advantage.name", config.advantage.name, ADVANTAGES.names())
     if "scorer" in sections:
         choice("scorer.name", config.scorer.name, SCORERS.names())
+    if "backend" in sections:
+        choice("backend.name", config.backend.name, BACKENDS.names())
     if "env" in sections and not config.env.name.startswith("gym:"):
         choice("env.name", config.env.name, ENVS.names(), ", 'gym:<env id>'")
         low, high = config.env.size_min, config.env.size_max

@@ -14,12 +14,20 @@ from collections.abc import Callable
 from typing import Any
 
 from treeroll import advantages
-from treeroll.base import AdvantageEstimator, Env, ProcessScorer, Strategy
-from treeroll.registry import Registry, load_object
+from treeroll.base import (
+    AdvantageEstimator,
+    Env,
+    GenerationBackend,
+    ProcessScorer,
+    Strategy,
+    UpdatableBackend,
+)
+from treeroll.registry import Registry, build_user_plugin
 from treeroll.strategies import PATR
 
-__all__ = ["ADVANTAGES", "ENVS", "ENV_SCORERS", "SCORERS", "STRATEGIES", "make_env_factory",
-           "make_estimator", "make_strategy", "scorer_name_for"]
+__all__ = ["ADVANTAGES", "BACKENDS", "ENVS", "ENV_SCORERS", "SCORERS", "STRATEGIES",
+           "make_backend", "make_env_factory", "make_estimator", "make_strategy",
+           "scorer_name_for", "sync_weights"]
 
 ADVANTAGES: Registry[AdvantageEstimator] = Registry("advantage estimator")
 ADVANTAGES.register("grpo", advantages.grpo)
@@ -46,9 +54,12 @@ def make_estimator(advantage_config: Any) -> AdvantageEstimator:
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
     accepted = [p.name for p in parameters if p.kind in (inspect.Parameter.KEYWORD_ONLY,
                                                          inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    if ":" in name and getattr(advantage_config, "options", None):
+        return build_user_plugin(functools.partial, advantage_config.options, "advantage",
+                                 estimator)
     options: dict[str, Any] = {}
     for option in dataclasses.fields(advantage_config):
-        if option.name == "name":
+        if option.name in ("name", "options"):
             continue
         value = getattr(advantage_config, option.name)
         if takes_any or option.name in accepted:
@@ -72,8 +83,8 @@ def make_strategy(strategy_config: Any) -> Strategy:
     if name in STRATEGIES:
         strategy: Strategy = getattr(strategy_config, STRATEGIES.get(name))
         return strategy
-    obj: Any = load_object(name) if ":" in name else STRATEGIES.get(name)
-    made: Strategy = obj() if isinstance(obj, type) else obj
+    obj: Any = STRATEGIES.get(name)  # an import path, or raises listing the valid names
+    made: Strategy = build_user_plugin(obj, strategy_config.options, "strategy")
     return made
 
 
@@ -118,8 +129,12 @@ def make_env_factory(env_config: Any) -> Callable[[], Env]:
         return lambda: GymTextEnv(env_id)
     if name in ENVS:
         return ENVS.get(name)(env_config)
-    factory = ENVS.get(name)  # raises with the valid names unless an import path
-    return factory  # type: ignore[return-value]
+    factory: Any = ENVS.get(name)  # raises with the valid names unless an import path
+    options = env_config.options
+    if not options:
+        return factory  # type: ignore[no-any-return]
+    build_user_plugin(factory, options, "env")  # one now: a bad option fails before any work
+    return lambda: build_user_plugin(factory, options, "env")
 
 
 SCORERS: Registry[Callable[..., ProcessScorer]] = Registry("process scorer")
@@ -173,3 +188,41 @@ def scorer_name_for(scorer_name: str | None, strategy: Strategy, env_name: str) 
     warnings.warn(f"strategy {strategy.name!r} has no --scorer.name: using the {env_name} "
                   f"environment's scorer {default!r}", stacklevel=2)
     return default
+
+
+BackendBuilder = Callable[[Any, Any], GenerationBackend]
+BACKENDS: Registry[BackendBuilder] = Registry("backend")
+"""Backend name -> builder taking the ``BackendConfig`` and the policy (model, tokenizer)."""
+
+
+def _hf_backend(config: Any, policy: Any) -> GenerationBackend:
+    from treeroll.backends.hf import HFBackend
+
+    hf = config.hf
+    return HFBackend(policy.model, pad_token_id=policy.tokenizer.pad_token_id or 0,
+                     max_batch_size=hf.max_batch_size, max_cached_tokens=hf.max_cached_tokens,
+                     use_prefix_cache=hf.use_prefix_cache, keep_logits=hf.keep_logits)
+
+
+BACKENDS.register("hf", _hf_backend)
+
+
+def make_backend(backend_config: Any, policy: Any) -> GenerationBackend:
+    """The backend named by ``backend_config.name`` for ``policy``; a user's
+    ``package.module:builder`` is called with the policy and its ``options`` block."""
+    name = backend_config.name
+    if name in BACKENDS:
+        return BACKENDS.get(name)(backend_config, policy)
+    made: GenerationBackend = build_user_plugin(BACKENDS.get(name), backend_config.options,
+                                                "backend", policy)
+    return made
+
+
+def sync_weights(backend: GenerationBackend, model: Any) -> None:
+    """After an update: an :class:`~treeroll.base.UpdatableBackend` loads the model's new
+    weights (and forgets its cache); any other backend, which must share the model object in
+    process, only forgets its cache."""
+    if isinstance(backend, UpdatableBackend):
+        backend.load_weights(model.state_dict())
+    else:
+        backend.reset_cache()

@@ -7,11 +7,13 @@ user's own plug-in from its import path.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
-from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Generic, TypeVar
 
-__all__ = ["Registry", "load_object"]
+__all__ = ["Registry", "build_user_plugin", "load_object"]
 
 T = TypeVar("T")
 
@@ -69,3 +71,43 @@ def validate_choice(kind: str, name: str, valid: Callable[[], list[str]]) -> Non
     """Raise a clear error unless ``name`` is one of ``valid()`` or an import path."""
     if ":" not in name and name not in valid():
         raise ValueError(f"unknown {kind} {name!r}; valid: {', '.join(valid())}")
+
+
+def build_user_plugin(obj: Any, options: Mapping[str, str], where: str, *args: Any) -> Any:
+    """A user's plug-in (``package.module:object``) built from its own config block.
+
+    ``options`` is the block (``--<where>.options KEY VALUE ...`` or a mapping in YAML); each
+    value is read as YAML (``3`` is an int, ``[1, 2]`` a list, ``true`` a bool). A dataclass
+    is built with them as its fields (an unknown key is an error naming the valid ones) and its
+    :func:`treeroll.checks.checked` rules are enforced; any other callable is called with
+    ``*args`` and the options as keywords; an instance (not callable) takes no options."""
+    import yaml
+
+    from treeroll.checks import validate
+
+    values: dict[str, Any] = {}
+    for key, text in options.items():
+        try:
+            values[key] = yaml.safe_load(text) if isinstance(text, str) else text
+        except yaml.YAMLError:
+            values[key] = text
+    name = getattr(obj, "__name__", type(obj).__name__)
+    if dataclasses.is_dataclass(obj) and isinstance(obj, type):
+        fields = {f.name for f in dataclasses.fields(obj) if f.init}
+        unknown = sorted(set(values) - fields)
+        if unknown:
+            raise ValueError(f"--{where}.options: {name} has no option {', '.join(unknown)}; "
+                             f"valid: {', '.join(sorted(fields)) or 'none'}")
+        hints = typing.get_type_hints(obj)
+        for key, value in values.items():
+            if hints.get(key) is float and isinstance(value, int) and not isinstance(value, bool):
+                values[key] = float(value)
+        made = obj(*args, **values)
+        validate(made, f"{where}.options")
+        return made
+    if callable(obj):
+        return obj(*args, **values)
+    if values:
+        raise ValueError(f"--{where}.options: {name} is an instance, not a class or builder; "
+                         "it takes no options")
+    return obj

@@ -654,16 +654,19 @@ def build_blend(config: ScorerConfig, **context: Any) -> ProcessScorer:
 
 def make_scorer(config: ScorerConfig, **context: Any) -> ProcessScorer:
     """The scorer named by ``config.name``: a registered name (``treeroll.plugins.SCORERS``)
-    or ``package.module:object`` (a scorer instance, or a class built with no arguments).
+    or ``package.module:object`` (a scorer instance, or a class or builder given the
+    ``scorer.options`` block).
 
     ``context`` (keyword-only) passes run objects some scorers need, e.g. ``backend=`` and
     ``turn_format=`` for ``judge``.
     """
     from treeroll.plugins import SCORERS
+    from treeroll.registry import build_user_plugin
 
     if not config.name:
         raise ValueError("scorer.name is not set; valid: " + ", ".join(SCORERS.names()))
     if config.name in SCORERS:
         return SCORERS.get(config.name)(config, **context)
     obj: Any = SCORERS.get(config.name)  # an import path, or raises listing the valid names
-    return obj() if isinstance(obj, type) else obj
+    made: ProcessScorer = build_user_plugin(obj, config.options, "scorer")
+    return made

@@ -11,11 +11,10 @@ import torch
 from rich.markup import escape
 from rich.tree import Tree as RichTree
 
-from treeroll.backends.hf import HFBackend
 from treeroll.base import Env, GenerationBackend
 from treeroll.config import TrainConfig, load_config
 from treeroll.formatting import TurnFormat
-from treeroll.plugins import make_env_factory, make_strategy, scorer_name_for
+from treeroll.plugins import make_backend, make_env_factory, make_strategy, scorer_name_for
 from treeroll.policies import Policy, build_policy
 from treeroll.rollout import rollout
 from treeroll.strategies import PATR
@@ -60,7 +59,7 @@ def load_run_config(run_dir: Path) -> TrainConfig:
     return config
 
 
-def load_run_policy(run_dir: Path) -> tuple[TrainConfig, HFBackend, TurnFormat,
+def load_run_policy(run_dir: Path) -> tuple[TrainConfig, GenerationBackend, TurnFormat,
                                              Callable[[], Env]]:
     """The config, a backend on the last checkpoint's weights, the turn format and the env."""
     checkpoint = run_dir / "checkpoints" / "last.pt"
@@ -73,8 +72,7 @@ def load_run_policy(run_dir: Path) -> tuple[TrainConfig, HFBackend, TurnFormat,
                           make_env, run_dir / "policy")
     policy.model.load_state_dict(torch.load(checkpoint, weights_only=False)["model"])
     policy.model.eval()
-    return config, HFBackend(policy.model, pad_token_id=policy.tokenizer.pad_token_id or 0), \
-        policy.turn_format(), make_env
+    return config, make_backend(config.backend, policy), policy.turn_format(), make_env
 
 
 def starting_policy(config: TrainConfig) -> Policy:
@@ -107,8 +105,7 @@ def _policy_for(config: TrainConfig, run_dir: Path | None
 
         return ScriptedSWEAgent(builtin_tasks()), TurnFormat(ByteTokenizer()), make_env
     policy = starting_policy(config)
-    return HFBackend(policy.model.eval(), pad_token_id=policy.tokenizer.pad_token_id or 0), \
-        policy.turn_format(), make_env
+    return make_backend(config.backend, policy), policy.turn_format(), make_env
 
 
 def build_one_tree(config: TrainConfig, task_seed: int, run_dir: Path | None = None

@@ -199,9 +199,13 @@ class HFBackend:
         self._logits.clear()
 
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Copy new weights into the model in place and forget every cached prefix (their
-        keys and values belong to the old weights)."""
-        self.model.load_state_dict(state_dict)
+        """Copy new weights into the model in place (nothing to copy when they are the
+        model's own tensors, as when the trainer updates this very model) and forget every
+        cached prefix and kept logits (they belong to the old weights)."""
+        own = self.model.state_dict()
+        if not all(k in own and v.data_ptr() == own[k].data_ptr()
+                   for k, v in state_dict.items()):
+            self.model.load_state_dict(state_dict)
         self.reset_cache()
 
     def generate(self, requests: Sequence[GenerationRequest],

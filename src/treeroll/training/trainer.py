@@ -22,9 +22,15 @@ import numpy as np
 import torch
 
 from treeroll.advantages import token_credit
-from treeroll.backends.hf import HFBackend
 from treeroll.config import TrainConfig, check_config, config_to_dict
-from treeroll.plugins import make_env_factory, make_estimator, make_strategy, scorer_name_for
+from treeroll.plugins import (
+    make_backend,
+    make_env_factory,
+    make_estimator,
+    make_strategy,
+    scorer_name_for,
+    sync_weights,
+)
 from treeroll.policies import build_policy
 from treeroll.rollout import count_status, rollout
 from treeroll.training.evaluation import Reporter, Silent, evaluate, task_pools
@@ -115,7 +121,7 @@ class _Run:
             policy.tokenizer.save_pretrained(run_dir / "policy")
         self.policy, self.model = policy, policy.model
         self.turn_format = policy.turn_format()
-        self.backend = HFBackend(self.model, pad_token_id=policy.tokenizer.pad_token_id or 0)
+        self.backend = make_backend(config.backend, policy)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.optim.lr,
                                            weight_decay=config.optim.weight_decay)
         self.summary: dict[str, Any] = {}
@@ -223,7 +229,7 @@ class _Run:
             update = _update(self.model, self.optimizer, items, config, self.ref_model,
                              self.rng)
             self.done, self.updating = step, False
-        self.backend.reset_cache()  # cached KV belongs to the old weights
+        sync_weights(self.backend, self.model)  # cached KV belongs to the old weights
         update_seconds = time.perf_counter() - tick
         # 6. log
         record = _step_record(step, batch.trees, update, rollout_seconds, update_seconds,
