@@ -7,13 +7,14 @@ import copy
 import re
 import threading
 import time
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 import pytest
 
 from treeroll.backends.hf import HFBackend
-from treeroll.base import Budget
+from treeroll.base import Budget, SamplingExtras
 from treeroll.envs import make_frozenlake
 from treeroll.envs.swe import ScriptedSWEAgent, builtin_tasks, make_swe_env
 from treeroll.formatting import ByteTokenizer, TurnFormat
@@ -296,3 +297,75 @@ def test_request_seeds_differ_between_children_of_one_node(byte_format) -> None:
     first_moves = {n.action_text for n in batch.trees[0].root.children}
     assert len(first_moves) >= 3
     assert np.isfinite([n.reward for n in batch.trees[0].nodes]).all()
+
+
+@dataclass
+class _EntropyChain(Chain):
+    """A chain that asks for each turn's entropy and top-3 logprobs (as ARPO would)."""
+
+    def sampling_extras(self) -> SamplingExtras:
+        return SamplingExtras(entropy_window=4, top_logprobs=3)
+
+
+def test_a_strategy_that_asks_for_entropy_gets_it(tiny_model, word_tokenizer) -> None:
+    fmt = TurnFormat(word_tokenizer)
+    make_env = lambda: make_frozenlake("rllm", size_min=3, size_max=3)
+    config = RolloutConfig(max_turn_tokens=5)  # entropy_window 0 in the config
+    asked = rollout([2], make_env, HFBackend(tiny_model), fmt, _EntropyChain(group_size=2),
+                    config=config, seed=1).trees[0]
+    plain = rollout([2], make_env, HFBackend(tiny_model), fmt, Chain(group_size=2),
+                    config=config, seed=1).trees[0]
+    turns = asked.nodes[1:]
+    assert turns and all(n.entropy is not None and 0 < n.entropy <= 1 for n in turns)
+    for node in turns:
+        top = node.info["top_logprobs"]
+        assert len(top) == len(node.action_ids) and all(len(p) == 3 for p in top)
+        for (best_id, best), logprob in zip((p[0] for p in top), node.action_logprobs,
+                                            strict=True):
+            assert best >= logprob - 1e-6  # the sampled id is never more probable than the top
+            assert 0 <= best_id < len(word_tokenizer)
+    assert all(n.entropy is None and "top_logprobs" not in n.info for n in plain.nodes[1:])
+
+
+class _Counted:
+    """FrozenLake that counts its live snapshots (CPython frees them when dropped)."""
+
+    live = 0
+
+    def __init__(self, env=None) -> None:  # type: ignore[no-untyped-def]
+        self.env = env or make_frozenlake("rllm", size_min=3, size_max=3)
+        self.system_prompt = self.env.system_prompt
+        _Counted.live += 1
+
+    def __del__(self) -> None:
+        _Counted.live -= 1
+
+    def reset(self, seed: int) -> str:
+        return self.env.reset(seed)
+
+    def step(self, action: str):  # type: ignore[no-untyped-def]
+        return self.env.step(action)
+
+    def fork(self) -> _Counted:
+        return _Counted(self.env.fork())
+
+
+class _KeepsAll(TreeGRPO):
+    """Tree-GRPO without the snapshot hint: every node keeps its snapshot to the end."""
+
+    def keeps_snapshot(self, tree, node, ctx) -> bool:  # type: ignore[no-untyped-def]
+        return True
+
+
+def test_snapshots_are_dropped_once_no_round_can_branch_from_them(byte_format) -> None:
+    """With l=1, once the expansion round has picked its nodes no other node will be branched
+    from: their snapshots go, so fewer environments are alive during the expansion."""
+    peaks = {}
+    for strategy in (TreeGRPO(m=2, n=1, l=1), _KeepsAll(m=2, n=1, l=1)):
+        seen: list[int] = []
+        _Counted.live = 0
+        rollout([1], _Counted, ScriptedBackend(["idle"]), byte_format, strategy,
+                config=RolloutConfig(synchronous=True), seed=0,
+                on_turn=lambda turns, ready, seen=seen: seen.append(_Counted.live))
+        peaks[type(strategy).__name__] = seen[-1]  # during the last expansion turn
+    assert peaks["TreeGRPO"] < peaks["_KeepsAll"], peaks

@@ -39,8 +39,11 @@ __all__ = [
     "GenerationBackend",
     "GenerationRequest",
     "ProcessScorer",
+    "SamplingExtras",
     "SamplingParams",
+    "SamplingStrategy",
     "Score",
+    "SnapshotStrategy",
     "StepResult",
     "Strategy",
     "StrategyContext",
@@ -135,6 +138,9 @@ class SamplingParams:
     """Generation of a request ends after it samples one of these ids (the id is kept)."""
     entropy_window: int = 0
     """If > 0, report the mean entropy of the first ``entropy_window`` sampled positions (ARPO)."""
+    top_logprobs: int = 0
+    """If > 0, report the ``top_logprobs`` most probable ids and their logprobs (under the
+    sampling distribution) at each sampled position."""
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -171,6 +177,8 @@ class Completion:
     """Prompt tokens served from the backend's prefix cache."""
     entropy: float | None = None
     """Mean normalised entropy over the first ``entropy_window`` positions, when asked for."""
+    top_logprobs: list[list[tuple[int, float]]] | None = None
+    """Per sampled position, the ``top_logprobs`` most probable ``(id, logprob)``, when asked."""
 
 
 @runtime_checkable
@@ -297,6 +305,40 @@ class FinishingStrategy(Strategy, Protocol):
         """Called once per tree when the rollout has ended: every branch has stopped and its
         status is final. May drop leaves from the group (``NodeStatus.DROPPED``); must not
         add nodes."""
+        ...
+
+
+@dataclass(frozen=True)
+class SamplingExtras:
+    """What a strategy needs recorded at every turn besides the tokens and their logprobs."""
+
+    entropy_window: int = 0
+    """Mean normalised entropy of each turn's first ``entropy_window`` tokens (``Node.entropy``)."""
+    top_logprobs: int = 0
+    """The ``top_logprobs`` most probable ids per generated token
+    (``Node.info["top_logprobs"]``)."""
+
+
+@runtime_checkable
+class SamplingStrategy(Strategy, Protocol):
+    """A :class:`Strategy` that asks for per-turn sampling extras: an optional protocol (ARPO
+    branches on the entropy after an observation). The engine asks once per rollout and takes
+    the larger of this and ``RolloutConfig.entropy_window``."""
+
+    def sampling_extras(self) -> SamplingExtras:
+        """The extras every turn of this strategy's trees records."""
+        ...
+
+
+@runtime_checkable
+class SnapshotStrategy(Strategy, Protocol):
+    """A :class:`Strategy` that says per node whether it may branch from it again: an
+    optional protocol for strategies with ``revisits_nodes`` (every node otherwise keeps a
+    forked environment snapshot until the rollout ends; an SWE snapshot is a working tree)."""
+
+    def keeps_snapshot(self, tree: RolloutTree, node: Node, ctx: StrategyContext) -> bool:
+        """False once the strategy will never extend ``node`` again (its snapshot is dropped;
+        asked after each of the tree's steps, for nodes not about to be extended)."""
         ...
 
 

@@ -60,7 +60,10 @@ from treeroll.base import (
     GenerationBackend,
     GenerationRequest,
     ProcessScorer,
+    SamplingExtras,
     SamplingParams,
+    SamplingStrategy,
+    SnapshotStrategy,
     StepResult,
     Strategy,
     StrategyContext,
@@ -257,6 +260,9 @@ class _Engine:
             observation, action_ended_turn=completion.finish_reason == "stop")
         info = dict(info)
         info["cost"] = {"prefill": completion.prefill_tokens, "cached": completion.cached_tokens}
+        if completion.top_logprobs is not None:
+            info["top_logprobs"] = [[list(pair) for pair in position]
+                                    for position in completion.top_logprobs]
         child = tree.add_child(
             node, action_ids=list(completion.token_ids),
             action_logprobs=list(completion.logprobs), action_text=branch.action_text,
@@ -299,10 +305,15 @@ class _Engine:
             finally:
                 run.ctx.unit = None
         kept = self._send(t, frontier, keys)
+        live = {id(n) for n in kept}
         if not self.strategy.revisits_nodes:
-            live = {id(n) for n in kept}
             for node in created_all:  # snapshots no entry will continue from
                 if id(node) not in live:
+                    node.env = None
+        elif isinstance(self.strategy, SnapshotStrategy):
+            for node in run.tree.nodes:
+                if (node.env is not None and node.parent is not None and id(node) not in live
+                        and not self.strategy.keeps_snapshot(run.tree, node, run.ctx)):
                     node.env = None
 
     def _units_of(self, run: _TreeRun, frontier: list[Node]) -> list[Hashable | None]:
@@ -455,10 +466,13 @@ def run_engine(tasks: Sequence[int] | np.ndarray, make_env: Callable[[], Env],
                timing: dict[str, float]) -> tuple[list[RolloutTree], list[StrategyContext], int]:
     """Grow one tree per task seed; returns the trees, their contexts and the number of
     backend calls. :func:`treeroll.rollout.rollout` is the entry point that wraps this."""
+    extras = (strategy.sampling_extras() if isinstance(strategy, SamplingStrategy)
+              else SamplingExtras())
     params = SamplingParams(temperature=config.temperature, top_p=config.top_p,
                             max_new_tokens=config.max_turn_tokens,
                             stop_token_ids=turn_format.stop_token_ids,
-                            entropy_window=config.entropy_window)
+                            entropy_window=max(config.entropy_window, extras.entropy_window),
+                            top_logprobs=extras.top_logprobs)
     rng = np.random.default_rng(seed)
     runs: list[_TreeRun] = []
     for i, task_seed in enumerate(tasks):

@@ -114,11 +114,22 @@ class TreeGRPO:
         return [next(roots) if node is tree.root else subtree_index(tree, node)
                 for node in frontier]
 
+    def keeps_snapshot(self, tree: RolloutTree, node: Node, ctx: StrategyContext) -> bool:
+        """A node may be picked while its tree has expansion rounds left (rounds are counted
+        per tree when the engine runs units, per task in synchronous rounds)."""
+        rounds = ctx.state.get("unit_rounds", {})
+        index = subtree_index(tree, node)
+        done = rounds[index] if index in rounds else ctx.state.get("round", 0)
+        return int(done) < self.l
+
     def extend(self, tree: RolloutTree, ctx: StrategyContext, grant: Budget) -> list[Node]:
-        """One more expansion round over every tree (N picks each), as far as the budget
-        granted allows."""
-        ctx.state["round"] = ctx.state.get("round", 0) + 1
-        return self._pick(tree, ctx)
+        """More budget: new chains from the root, one per granted leaf (``m`` without a leaf
+        count), dealt over the M trees in turn (each joins the tree it was dealt to, as a
+        root pick does); the root keeps its snapshot, the nodes of finished trees do not."""
+        count = grant.leaves if grant.leaves is not None else self.m
+        ctx.state["root_picks"] = [i % self.m for i in range(count)]
+        ctx.state["root_units"] = list(ctx.state["root_picks"])
+        return [tree.root] * count
 
     def step(self, tree: RolloutTree, created: list[Node], ctx: StrategyContext) -> list[Node]:
         """Continue active branches; when all have ended, run the next expansion round

@@ -163,6 +163,7 @@ class _Row:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     entropies: list[float] = field(default_factory=list)
+    top: list[list[tuple[int, float]]] = field(default_factory=list)
     prefill: int = 0
     cached: int = 0
     finish: str = ""
@@ -218,7 +219,8 @@ class HFBackend:
                 out[row.index] = Completion(
                     token_ids=row.tokens, logprobs=row.logprobs, finish_reason=row.finish,
                     prefill_tokens=row.prefill, cached_tokens=row.cached,
-                    entropy=(sum(row.entropies) / len(row.entropies)) if row.entropies else None)
+                    entropy=(sum(row.entropies) / len(row.entropies)) if row.entropies else None,
+                    top_logprobs=row.top if params.top_logprobs else None)
         return [c for c in out if c is not None]
 
     # ----------------------------------------------------------------------------------------
@@ -406,6 +408,9 @@ class HFBackend:
             tokens[b] = token
             row.tokens.append(token)
             row.logprobs.append(float(logprob[token]))
+            if params.top_logprobs:
+                values, ids = torch.topk(logprob, min(params.top_logprobs, logprob.shape[-1]))
+                row.top.append([(int(i), float(v)) for i, v in zip(ids, values, strict=True)])
             if params.entropy_window and len(row.entropies) < params.entropy_window:
                 p = logp[b].exp()
                 entropy = float(-(p * logp[b]).sum()) / max(float(torch.log(
