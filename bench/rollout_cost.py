@@ -1,17 +1,35 @@
-"""Rollout cost: Tree-GRPO vs independent chains at the same number of leaves.
+"""Rollout cost: Tree-GRPO vs independent chains at the same number of leaves, on one engine.
 
-Both run on FrozenLake (rLLM's convention) with the embedded default policy after a short
-format warm start, through the same transformers backend with its KV-cache trie, on the same
-tasks, alternating A/B repeats so machine noise hits both. Prints a table and, as its last
-line, one JSON object:
+Two settings, each through the transformers backend with its KV-cache trie (and kept
+branch-point logits), the same tasks for both strategies, chains matched task by task to the
+leaves the tree made:
 
-* ``computed_over_unique`` -- tokens the backend computed for the trees (prefill + decode) /
-  unique tokens of the trees (their token trie). 1.0 means every token computed once.
-* ``tree_over_chain_wall_per_leaf`` -- rollout wall time per leaf, tree / chain (median of
-  the repeats).
+* FrozenLake (rLLM's convention) with the shipped base policy ``frozenlake-tiny``;
+* SWE tasks (the built-in ones, mini-swe-agent's convention, ``--swe-steps`` turns) with a
+  from-config Llama over bytes: its replies are noise, so every turn is an invalid command
+  answered with the environment's format message, but the observations are long (the task
+  statement is ~1,500 bytes), which is the regime SWE rollouts live in.
+
+Each repeat first rolls the tree out once untimed (to learn each task's leaf count; the engine
+is deterministic for a fixed seed), then times the tree and the matched chains, in alternating
+order (tree first on even repeats, chains first on odd ones), so machine noise and cache
+warmth hit both. Prints a table and, as its last line, one JSON object:
+
+* ``computed_over_unique`` -- tokens the backend computed for the FrozenLake trees (prefill +
+  decode) / unique tokens of the trees (their token trie, identical sibling turns merged).
+  1.0 means every token computed once; a low-entropy policy samples identical sibling turns,
+  which no engine avoids generating twice, so this stays above 1 with a perfect cache.
+* ``forwarded_over_needed`` -- tokens fed through the model / tokens the trees' nodes hold
+  that must be fed (``treeroll.tree.TokenCounts``): the engine's own redundancy (below 1 when
+  the cache also merged identical siblings); ``branch_points_refed`` -- requests whose whole
+  prompt was cached but whose last token was fed again for its logits (0 with kept logits).
+* ``tree_over_chain_wall_per_leaf`` -- FrozenLake rollout wall time per leaf, tree / chain
+  (median of the repeats); ``swe_tree_over_chain_wall_per_leaf`` -- the same on SWE tasks.
 * the token figures behind them, per leaf, for both.
 
-Usage: ``python bench/rollout_cost.py --quick`` (about a minute) or without ``--quick``.
+``--synchronous`` runs the engine in the released code's batched rounds (for comparison).
+
+Usage: ``python bench/rollout_cost.py --quick`` (a few minutes) or without ``--quick``.
 """
 
 from __future__ import annotations
@@ -20,19 +38,20 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
 
 from treeroll.backends.hf import HFBackend
-from treeroll.backends.local import ModelConfig, build_model, build_word_tokenizer
-from treeroll.config import PolicyConfig
+from treeroll.backends.local import ModelConfig, build_model
 from treeroll.envs import make_frozenlake
-from treeroll.formatting import TurnFormat
-from treeroll.policies import Policy
+from treeroll.envs.swe import builtin_tasks, make_swe_env
+from treeroll.formatting import ByteTokenizer, TurnFormat
+from treeroll.policies import load_policy
 from treeroll.rollout import RolloutConfig, rollout
 from treeroll.strategies import Chain, TreeGRPO
-from treeroll.training.sft_run import format_warm_start
 from treeroll.tree import TokenCounts, token_counts
 
 
@@ -48,78 +67,117 @@ class MatchedChain(Chain):
         return [tree.root] * self.sizes[tree.task_seed]
 
 
-def main() -> None:
-    """Run the comparison and print the JSON line last."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="few tasks, two repeats")
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    tasks_per_batch, repeats, warm = (8, 2, 40) if args.quick else (32, 5, 60)
-
-    make_env = lambda: make_frozenlake("rllm")
-    tokenizer = build_word_tokenizer(make_env().vocabulary_texts())
-    model = build_model(len(tokenizer), ModelConfig(), pad_token_id=tokenizer.pad_token_id,
-                        eos_token_id=tokenizer.eos_token_id)
-    turn_format = TurnFormat(tokenizer)
-    rng = np.random.default_rng(0)
-    seeds = rng.choice(1_000_000, size=400, replace=False)
-    format_warm_start(Policy(model, tokenizer), make_env, seeds,
-                      PolicyConfig(init=None, warm_start_steps=warm, warm_start_batch=16), rng)
-    model.eval()
-    settings = RolloutConfig(max_turn_tokens=12)
+def compare(model: Any, turn_format: TurnFormat, make_env: Callable[[], Any],
+            seeds: np.ndarray, settings: RolloutConfig, repeats: int, per_batch: int,
+            pad_token_id: int = 0
+            ) -> tuple[dict[str, list[float]], dict[str, TokenCounts], dict[str, int]]:
+    """Wall seconds per leaf (one entry per repeat), token totals and the backend's count of
+    refed branch points, tree and chain."""
     tree = TreeGRPO(m=4, n=2, l=1)  # up to M(LN + 1) = 12 leaves per task
 
     def run(strategy: object, tasks: np.ndarray, seed: int
-            ) -> tuple[float, TokenCounts, dict[int, int]]:
-        backend = HFBackend(model)
+            ) -> tuple[float, TokenCounts, dict[int, int], int]:
+        backend = HFBackend(model, pad_token_id=pad_token_id)
         start = time.perf_counter()
         batch = rollout(tasks, make_env, backend, turn_format, strategy,  # type: ignore[arg-type]
                         config=settings, seed=seed)
         wall = time.perf_counter() - start
         sizes = {t.task_seed: token_counts(t).leaves for t in batch.trees}
-        return wall, sum((token_counts(t) for t in batch.trees), TokenCounts()), sizes
+        counts = sum((token_counts(t) for t in batch.trees), TokenCounts())
+        return wall, counts, sizes, backend.stats["refed"]
 
     walls: dict[str, list[float]] = {"tree": [], "chain": []}
     totals = {"tree": TokenCounts(), "chain": TokenCounts()}
+    refed = {"tree": 0, "chain": 0}
     for r in range(repeats):
-        tasks = seeds[r * tasks_per_batch:(r + 1) * tasks_per_batch]
-        # Same leaves per task: Tree-GRPO first (a task whose chains all end at once has
-        # nothing to branch from, so it gets fewer leaves), then chains matched task by task.
-        # Every other repeat runs a matched chain batch first, with the previous sizes.
-        wall, counts, sizes = run(tree, tasks, seed=r)
-        walls["tree"].append(wall / max(counts.leaves, 1))
-        totals["tree"] = totals["tree"] + counts
-        wall, counts, _ = run(MatchedChain(sizes), tasks, seed=r)
-        walls["chain"].append(wall / max(counts.leaves, 1))
-        totals["chain"] = totals["chain"] + counts
+        tasks = seeds[r * per_batch:(r + 1) * per_batch]
+        _, _, sizes, _ = run(tree, tasks, seed=r)  # untimed: each task's leaves
+        order = [("tree", tree), ("chain", MatchedChain(sizes))]
+        for name, strategy in (order if r % 2 == 0 else order[::-1]):
+            wall, counts, _, again = run(strategy, tasks, seed=r)
+            walls[name].append(wall / max(counts.leaves, 1))
+            totals[name] = totals[name] + counts
+            refed[name] += again
+    return walls, totals, refed
+
+
+def main() -> None:
+    """Run both settings and print the JSON line last."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="few tasks, two repeats")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--synchronous", action="store_true",
+                        help="the released code's batched rounds instead of units")
+    parser.add_argument("--swe-steps", type=int, default=4)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    per_batch, repeats = (8, 2) if args.quick else (32, 5)
+    swe_batch, swe_repeats = (4, 2) if args.quick else (8, 3)
+
+    policy = load_policy("frozenlake-tiny")
+    policy.model.eval()
+    lake = lambda: make_frozenlake("rllm")
+    seeds = np.random.default_rng(0).choice(1_000_000, size=400, replace=False)
+    settings = RolloutConfig(max_turn_tokens=12, synchronous=args.synchronous)
+    walls, totals, refed = compare(policy.model, policy.turn_format(), lake, seeds, settings,
+                            repeats, per_batch, policy.tokenizer.pad_token_id or 0)
+
+    swe_tasks = builtin_tasks()
+    byte_model = build_model(ByteTokenizer.vocab_size, ModelConfig(seed=0),
+                             pad_token_id=0,
+                             eos_token_id=ByteTokenizer.eos_token_id).eval()
+    swe = lambda: make_swe_env("mini", swe_tasks, step_limit=args.swe_steps)
+    swe_seeds = np.arange(len(swe_tasks))
+    swe_seeds = np.resize(swe_seeds, swe_batch * swe_repeats)
+    swe_settings = RolloutConfig(max_turn_tokens=16, synchronous=args.synchronous,
+                                 env_workers=4)
+    swe_walls, swe_totals, _ = compare(byte_model, TurnFormat(ByteTokenizer()), swe, swe_seeds,
+                                    swe_settings, swe_repeats, swe_batch)
 
     t, c = totals["tree"], totals["chain"]
+    st, sc = swe_totals["tree"], swe_totals["chain"]
+
+    def ratio(w: dict[str, list[float]]) -> float:
+        return round(statistics.median(w["tree"]) / statistics.median(w["chain"]), 4)
+
     result = {
         "computed_over_unique": round(t.computed / max(t.unique, 1), 4),
-        "tree_over_chain_wall_per_leaf": round(statistics.median(walls["tree"])
-                                               / statistics.median(walls["chain"]), 4),
+        "forwarded_over_needed": round(t.forwarded_over_needed, 4),
+        "branch_points_refed": refed["tree"],
+        "tree_over_chain_wall_per_leaf": ratio(walls),
+        "swe_tree_over_chain_wall_per_leaf": ratio(swe_walls),
         "chain_computed_over_unique": round(c.computed / max(c.unique, 1), 4),
         "tree_generated_per_leaf": round(t.generated / max(t.leaves, 1), 2),
         "chain_generated_per_leaf": round(c.generated / max(c.leaves, 1), 2),
         "tree_computed_per_leaf": round(t.computed / max(t.leaves, 1), 2),
         "chain_computed_per_leaf": round(c.computed / max(c.leaves, 1), 2),
-        "tree_unique_over_chain_equivalent": round(t.unique / max(t.chain_unique, 1), 4),
+        "swe_tree_computed_per_leaf": round(st.computed / max(st.leaves, 1), 2),
+        "swe_chain_computed_per_leaf": round(sc.computed / max(sc.leaves, 1), 2),
         "tree_leaves": t.leaves,
         "chain_leaves": c.leaves,
+        "swe_tree_leaves": st.leaves,
         "tree_wall_per_leaf_ms": round(1000 * statistics.median(walls["tree"]), 2),
         "chain_wall_per_leaf_ms": round(1000 * statistics.median(walls["chain"]), 2),
-        "tasks": tasks_per_batch * repeats,
+        "swe_tree_wall_per_leaf_ms": round(1000 * statistics.median(swe_walls["tree"]), 2),
+        "swe_chain_wall_per_leaf_ms": round(1000 * statistics.median(swe_walls["chain"]), 2),
+        "tasks": per_batch * repeats,
+        "swe_tasks": swe_batch * swe_repeats,
         "repeats": repeats,
+        "synchronous": args.synchronous,
+        "policy": "frozenlake-tiny (shipped base); SWE: from-config byte Llama",
         "note": "chains get the same leaves per task as the tree; both share the prompt "
                 "through the backend's prefix cache",
-        "convention": "frozenlake rllm (non-slippery, sizes 2-9)",
+        "convention": "frozenlake rllm (non-slippery, sizes 2-9); swe mini",
     }
-    print(f"{'':8}{'leaves':>8}{'gen/leaf':>10}{'computed/leaf':>15}{'ms/leaf':>10}")
-    for name, counts in totals.items():
-        print(f"{name:8}{counts.leaves:>8}{counts.generated / max(counts.leaves, 1):>10.1f}"
+    print(f"{'':10}{'leaves':>8}{'gen/leaf':>10}{'computed/leaf':>15}{'ms/leaf':>10}")
+    for label, tots, w in (("tree", totals, walls), ("chain", totals, walls),
+                           ("swe tree", swe_totals, swe_walls),
+                           ("swe chain", swe_totals, swe_walls)):
+        key = label.split()[-1]
+        counts = tots[key]
+        print(f"{label:10}{counts.leaves:>8}{counts.generated / max(counts.leaves, 1):>10.1f}"
               f"{counts.computed / max(counts.leaves, 1):>15.1f}"
-              f"{1000 * statistics.median(walls[name]):>10.2f}")
+              f"{1000 * statistics.median(w[key]):>10.2f}")
     print(json.dumps(result))
 
 

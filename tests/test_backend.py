@@ -55,7 +55,7 @@ def test_cached_logits_match_at_every_position(tiny_model, word_tokenizer) -> No
     longer = [p + (5, 6, 7) for p in prompts]
     matched = [backend.trie.match(p[:-1]) for p in longer]
     assert all(m > 0 for m, _ in matched)
-    cache, mask, positions, ids = backend._pack([kv for _, kv in matched],
+    cache, mask, positions, ids = backend._pack([[kv] for _, kv in matched],
                                                 [m for m, _ in matched],
                                                 [p[m:] for p, (m, _) in zip(longer, matched,
                                                                             strict=True)])
@@ -207,6 +207,7 @@ def test_a_branch_points_later_children_need_no_forward(tiny_model, word_tokeniz
     off = HFBackend(tiny_model, keep_logits=False)
     off.generate([GenerationRequest(node, seed=0)], params)
     assert off.generate([GenerationRequest(node, seed=1)], params)[0].prefill_tokens == 1
+    assert off.stats["refed"] == 1 and backend.stats["refed"] == 0
 
 
 def test_load_weights_replaces_the_weights_and_forgets_the_cache(tiny_model, word_tokenizer

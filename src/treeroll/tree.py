@@ -244,6 +244,13 @@ class TokenCounts:
     identical sibling turns merged; the lower bound of computation). ``chain_*``: the same leaves
     sampled as independent chains, each paying for its whole path (with the usual multi-turn KV
     reuse inside one chain, none across chains).
+
+    ``unique`` merges identical sibling turns, which no engine can avoid sampling twice (they
+    are identical only once sampled); a low-entropy policy makes many, so
+    ``computed_over_unique`` stays above 1 with a perfect cache. The engine's own redundancy is
+    ``forwarded_over_needed``: ``held`` counts the tokens the tree's nodes hold (the prompt,
+    then every turn's action and observation, each node once), ``turns`` the nodes (one request
+    each), ``ends`` the nodes without children (their last token is never fed back).
     """
 
     generated: int = 0
@@ -255,6 +262,28 @@ class TokenCounts:
     chain_generated: int = 0
     chain_prefill: int = 0
     chain_unique: int = 0
+    held: int = 0
+    turns: int = 0
+    ends: int = 0
+
+    @property
+    def forwarded(self) -> int:
+        """Tokens the backend fed through the model: every prefilled token, and every
+        generated one but each request's last (its first is sampled from the prefill's
+        logits, its last is never fed in that request)."""
+        return self.prefill + self.generated - self.turns
+
+    @property
+    def needed(self) -> int:
+        """Tokens that must be fed at least once: what the nodes hold, minus the last token
+        of every node without children."""
+        return self.held - self.ends
+
+    @property
+    def forwarded_over_needed(self) -> float:
+        """Redundancy of the engine and its cache: 1.0 means every token the tree holds was
+        fed exactly once (below 1: the cache also merged identical sibling turns)."""
+        return self.forwarded / max(self.needed, 1)
 
     @property
     def computed(self) -> int:
@@ -280,6 +309,7 @@ class TokenCounts:
         d: dict[str, float] = {k: getattr(self, k) for k in self.__dataclass_fields__}
         d["computed"] = self.computed
         d["computed_over_unique"] = self.computed_over_unique
+        d["forwarded_over_needed"] = self.forwarded_over_needed
         d["saved_tokens"] = self.saved_tokens
         return d
 
@@ -310,8 +340,12 @@ def token_counts(tree: RolloutTree) -> TokenCounts:
     group = leaves(tree)
     counts.leaves = len(group)
     counts.unique = _trie_size(tree)
+    counts.held = len(tree.root.observation_ids)
     for node in tree.nodes[1:]:
         cost = node.info.get("cost", {})
+        counts.held += len(node.action_ids) + len(node.observation_ids)
+        counts.turns += 1
+        counts.ends += not node.children
         counts.generated += len(node.action_ids)
         counts.prefill += int(cost.get("prefill", 0))
         counts.cached += int(cost.get("cached", 0))

@@ -59,8 +59,9 @@ class KVTrie:
         self.max_tokens = max_tokens
         self.num_tokens = 0
 
-    def match(self, ids: Sequence[int]) -> tuple[int, KV]:
-        """Longest cached prefix of ``ids``: its length and its KV (concatenated per layer)."""
+    def match_pieces(self, ids: Sequence[int]) -> tuple[int, list[KV]]:
+        """Longest cached prefix of ``ids``: its length and its KV as the trie's pieces, in
+        order (one per edge walked; views, nothing copied)."""
         node, pos = self.root, 0
         pieces: list[KV] = []
         now = time.monotonic()
@@ -77,6 +78,11 @@ class KVTrie:
             pieces.append(child.kv)
             pos += common
             node = child
+        return pos, pieces
+
+    def match(self, ids: Sequence[int]) -> tuple[int, KV]:
+        """Longest cached prefix of ``ids``: its length and its KV (concatenated per layer)."""
+        pos, pieces = self.match_pieces(ids)
         if not pieces:
             return 0, []
         if len(pieces) == 1:
@@ -85,6 +91,20 @@ class KVTrie:
         kv = [(torch.cat([p[layer][0] for p in pieces], dim=1),
                torch.cat([p[layer][1] for p in pieces], dim=1)) for layer in range(layers)]
         return pos, kv
+
+    def match_length(self, ids: Sequence[int]) -> int:
+        """Length of the longest cached prefix of ``ids`` (no KV gathered, no use recorded)."""
+        node, pos = self.root, 0
+        while pos < len(ids):
+            child = node.children.get(ids[pos])
+            if child is None:
+                break
+            common = _common_length(child.tokens, ids, pos)
+            pos += common
+            if common < len(child.tokens):
+                break
+            node = child
+        return pos
 
     def insert(self, ids: Sequence[int], kv: KV) -> None:
         """Store ``ids`` whose KV (every position of ``ids``) is ``kv``; shared parts once."""
@@ -137,6 +157,19 @@ class KVTrie:
             assert leaf.parent is not None
             del leaf.parent.children[leaf.tokens[0]]
             self.num_tokens -= len(leaf.tokens)
+
+    def nbytes(self) -> int:
+        """Bytes of key and value storage the trie holds (shared storages counted once)."""
+        seen: dict[int, int] = {}
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children.values())
+            for keys, values in node.kv:
+                for tensor in (keys, values):
+                    storage = tensor.untyped_storage()
+                    seen[storage.data_ptr()] = storage.nbytes()
+        return sum(seen.values())
 
     def clear(self) -> None:
         """Drop everything."""
@@ -192,7 +225,12 @@ class HFBackend:
         self.keep_logits = keep_logits and use_prefix_cache
         self.max_kept_logits = max_kept_logits
         self._logits: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
-        self.stats = {"forward_tokens": 0, "generated": 0, "prefill": 0, "cached": 0}
+        self.stats = {"forward_tokens": 0, "generated": 0, "prefill": 0, "cached": 0,
+                      "refed": 0}
+        """Totals since construction: tokens fed through the model, generated, prefilled and
+        served from the cache; ``refed``: prompts whose every token was cached and whose last
+        token was fed again for its logits (a branch point's later child without kept
+        logits)."""
 
     def reset_cache(self) -> None:
         """Forget every cached prefix and kept logits (call after each weight update)."""
@@ -213,8 +251,11 @@ class HFBackend:
                  params: SamplingParams) -> list[Completion]:
         """Sample one continuation per request; see the module docstring for how."""
         out: list[Completion | None] = [None] * len(requests)
+        # Chunks of similar prompt lengths pad less (seeded requests do not depend on their
+        # batch, so the grouping changes no sample).
+        order = sorted(range(len(requests)), key=lambda i: len(requests[i].prompt_ids))
         for start in range(0, len(requests), self.max_batch_size):
-            chunk = list(range(start, min(start + self.max_batch_size, len(requests))))
+            chunk = order[start:start + self.max_batch_size]
             for row in self._generate_batch([requests[i] for i in chunk], chunk, params):
                 out[row.index] = Completion(
                     token_ids=row.tokens, logprobs=row.logprobs, finish_reason=row.finish,
@@ -249,14 +290,18 @@ class HFBackend:
         kept: dict[int, tuple[torch.Tensor, KV]] = {}  # prompts needing no forward at all
         for u, p in enumerate(prompts):
             if self.keep_logits and p in self._logits:
-                m, kv = self.trie.match(p)
+                m, pieces = self.trie.match_pieces(p)
                 if m == len(p):
                     self._logits.move_to_end(p)
-                    kept[u] = (self._logits[p], kv)
-        matched: list[tuple[int, KV]] = [
+                    kept[u] = (self._logits[p], pieces)
+        matched: list[tuple[int, list[KV]]] = [
             (len(p), kept[u][1]) if u in kept else
-            self.trie.match(p[:-1]) if self.use_prefix_cache else (0, [])
+            self.trie.match_pieces(p[:-1]) if self.use_prefix_cache else (0, [])
             for u, p in enumerate(prompts)]
+        if self.use_prefix_cache:  # a whole prompt in the trie, its last token fed again
+            self.stats["refed"] += sum(1 for u, p in enumerate(prompts) if u not in kept
+                                       and matched[u][0] == len(p) - 1
+                                       and self.trie.match_length(p) == len(p))
         feeds = [p[m:] for p, (m, _) in zip(prompts, matched, strict=True)]
         first_seen: set[int] = set()
         for row, u in zip(rows, owner, strict=True):
@@ -306,8 +351,8 @@ class HFBackend:
             self.stats["cached"] += row.cached
         return rows
 
-    def _prefill(self, prompts: list[tuple[int, ...]], matched: list[tuple[int, KV]],
-                 feeds: list[tuple[int, ...]], kept: dict[int, tuple[torch.Tensor, KV]]
+    def _prefill(self, prompts: list[tuple[int, ...]], matched: list[tuple[int, list[KV]]],
+                 feeds: list[tuple[int, ...]], kept: dict[int, tuple[torch.Tensor, list[KV]]]
                  ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Forward what the cache lacks; return the batch's cache, mask, next positions and
         last logits, one row per prompt. Prompts in ``kept`` are not forwarded: their KV
@@ -326,7 +371,7 @@ class HFBackend:
                     self._logits.popitem(last=False)
             if not kept:
                 return cache, mask, positions[:, -1] + 1, logits
-        kvs: list[KV] = []
+        kvs: list[list[KV]] = []
         rows: list[torch.Tensor] = []
         for u in range(len(prompts)):
             if u in kept:
@@ -336,15 +381,15 @@ class HFBackend:
                 b = fed.index(u)
                 rows.append(logits[b])
                 keep = mask[b].nonzero().squeeze(-1)
-                kvs.append([(layer.keys[b][:, keep], layer.values[b][:, keep])
-                            for layer in cache.layers])
+                kvs.append([[(layer.keys[b][:, keep], layer.values[b][:, keep])
+                             for layer in cache.layers]])
         lengths = [len(p) for p in prompts]
         merged, merged_mask = self._pack_past(kvs, lengths)
         return merged, merged_mask, torch.tensor(lengths), torch.stack(rows)
 
-    def _pack(self, kvs: list[KV], lengths: list[int], feeds: list[tuple[int, ...]]
+    def _pack(self, kvs: list[list[KV]], lengths: list[int], feeds: list[tuple[int, ...]]
               ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Left-pad cached prefixes and new tokens into one batch."""
+        """Left-pad cached prefixes (each as its trie pieces) and new tokens into one batch."""
         batch = len(feeds)
         past = max(lengths)
         new = max(len(f) for f in feeds)
@@ -360,8 +405,9 @@ class HFBackend:
         return cache, mask, positions, input_ids
 
     @staticmethod
-    def _pack_past(kvs: list[KV], lengths: list[int]) -> tuple[Any, torch.Tensor]:
-        """Left-pad cached prefixes (``lengths[b]`` tokens each) into one cache and its mask."""
+    def _pack_past(kvs: list[list[KV]], lengths: list[int]) -> tuple[Any, torch.Tensor]:
+        """Left-pad cached prefixes (``lengths[b]`` tokens each, given as pieces that are
+        copied straight into place) into one cache and its mask."""
         from transformers import DynamicCache
 
         batch, past = len(lengths), max(lengths)
@@ -370,15 +416,18 @@ class HFBackend:
             mask[b, past - m:] = 1
         if past == 0:
             return DynamicCache(), mask
+        reference = next(pieces[0] for pieces in kvs if pieces)
         layers = []
-        reference = next(kv for kv in kvs if kv)
         for layer, (k0, v0) in enumerate(reference):
-            keys = k0.new_zeros(batch, k0.shape[0], past, k0.shape[2])
+            keys = k0.new_zeros(batch, k0.shape[0], past, k0.shape[2])  # [batch, heads, past, d]
             values = v0.new_zeros(batch, v0.shape[0], past, v0.shape[2])
-            for b, (m, kv) in enumerate(zip(lengths, kvs, strict=True)):
-                if m:
-                    keys[b, :, past - m:] = kv[layer][0]
-                    values[b, :, past - m:] = kv[layer][1]
+            for b, (m, pieces) in enumerate(zip(lengths, kvs, strict=True)):
+                at = past - m
+                for piece in pieces:
+                    n = piece[layer][0].shape[1]
+                    keys[b, :, at:at + n] = piece[layer][0]
+                    values[b, :, at:at + n] = piece[layer][1]
+                    at += n
             layers.append((keys, values))
         return DynamicCache(ddp_cache_data=layers), mask
 
