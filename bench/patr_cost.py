@@ -1,10 +1,10 @@
 """What does PATR's process scoring cost, and how many leaves does its tree buy per token?
 
-On FrozenLake (rLLM convention, PATR's benchmark) with the embedded default policy (a small
-Llama over the environment's word vocabulary, after a short *format* warm start so replies are
-well formed), the same tasks are rolled out with chains (GRPO's group), PATR with a process
-scorer, and (not with ``--quick``) PATR's random-tree counterpart (same schedule, random
-scores, no score pruning).
+On FrozenLake (rLLM convention, PATR's benchmark) with the shipped base policy
+``frozenlake-tiny`` (``--policy none``: the embedded default, a small Llama over the
+environment's word vocabulary after a short *format* warm start), the same tasks are rolled
+out with chains (GRPO's group), PATR with a process scorer, and (not with ``--quick``)
+PATR's random-tree counterpart (same schedule, random scores, no score pruning).
 Prints a few readable lines, then, as its last line, one JSON object:
 
 * ``scorer_time_fraction`` -- share of PATR's rollout wall time spent in the scorer (target
@@ -41,7 +41,7 @@ from treeroll.backends.local import ModelConfig, build_model, build_word_tokeniz
 from treeroll.config import PolicyConfig, ScorerConfig
 from treeroll.envs.frozenlake import make_frozenlake
 from treeroll.formatting import TurnFormat
-from treeroll.policies import Policy
+from treeroll.policies import Policy, load_policy
 from treeroll.rollout import RolloutBatch, RolloutConfig, rollout
 from treeroll.scorers import make_scorer
 from treeroll.strategies import PATR, Chain, RandomTree
@@ -89,6 +89,9 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=8, help="chains per task")
     parser.add_argument("--warm-start-steps", type=int, default=None,
                         help="format warm-start steps (default 20 / 60)")
+    parser.add_argument("--policy", default="frozenlake-tiny",
+                        help="a shipped policy or a policy folder; 'none' builds the embedded "
+                        "default from scratch with a format warm start")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -100,14 +103,19 @@ def main() -> None:
     def make_env() -> Any:
         return make_frozenlake("rllm")
 
-    tokenizer = build_word_tokenizer(make_env().vocabulary_texts())
-    model = build_model(len(tokenizer), ModelConfig(seed=args.seed),
-                        pad_token_id=tokenizer.pad_token_id,
-                        eos_token_id=tokenizer.eos_token_id)
-    turn_format = TurnFormat(tokenizer)
     rng = np.random.default_rng(args.seed)
     tick = time.perf_counter()
     loss = float("nan")
+    if args.policy != "none":
+        policy = load_policy(args.policy)
+        model, tokenizer, turn_format = policy.model, policy.tokenizer, policy.turn_format()
+        steps = 0
+    else:
+        tokenizer = build_word_tokenizer(make_env().vocabulary_texts())
+        model = build_model(len(tokenizer), ModelConfig(seed=args.seed),
+                            pad_token_id=tokenizer.pad_token_id,
+                            eos_token_id=tokenizer.eos_token_id)
+        turn_format = TurnFormat(tokenizer)
     if steps:
         loss = format_warm_start(Policy(model, tokenizer), make_env,
                                  np.arange(100_000, 110_000),
@@ -162,6 +170,7 @@ def main() -> None:
         "tasks": n_tasks,
         "chain_group_size": args.group_size,
         "max_leaves_per_task": args.max_leaves,
+        "policy": args.policy,
         "warm_start_steps": steps,
         "warm_start_loss": round(loss, 4),
         "warm_start_s": round(warm_seconds, 2),

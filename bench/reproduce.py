@@ -58,6 +58,8 @@ FIGURES = (
     Figure("swe_fork_quick", ("bench/swe_fork.py", "--quick"), True, 0.3),
     Figure("rollout_cost_quick", ("bench/rollout_cost.py", "--quick"), True, 2),
     Figure("patr_cost_quick", ("bench/patr_cost.py", "--quick"), True, 1),
+    Figure("rollout_scaling_quick", ("bench/rollout_scaling.py", "--quick"), True, 1.5),
+    Figure("engine_step", ("bench/engine_step.py",), True, 1),
     Figure("train_cost_quick", ("bench/train_cost.py", "--quick"), True, 2),
     Figure("packed_full_step", ("bench/packed_full_step.py",), True, 1.5),
     Figure("learning_quick", ("bench/learning.py", "--quick"), True, 6),

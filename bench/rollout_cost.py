@@ -27,7 +27,9 @@ warmth hit both. Prints a table and, as its last line, one JSON object:
   (median of the repeats); ``swe_tree_over_chain_wall_per_leaf`` -- the same on SWE tasks.
 * the token figures behind them, per leaf, for both.
 
-``--synchronous`` runs the engine in the released code's batched rounds (for comparison).
+Both run on the unsynchronised engine (each of a task's M trees expanded as soon as its chain
+ends); ``--synchronous`` runs the released code's batched rounds instead (the trainer's
+default; ``bench/engine_step.py`` times the two on the default training's batches).
 
 Usage: ``python bench/rollout_cost.py --quick`` (a few minutes) or without ``--quick``.
 """
@@ -107,7 +109,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="few tasks, two repeats")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--synchronous", action="store_true",
-                        help="the released code's batched rounds instead of units")
+                        help="the released code's batched rounds (the trainer's default) "
+                        "instead of the unsynchronised engine")
     parser.add_argument("--swe-steps", type=int, default=4)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

@@ -1,15 +1,16 @@
 """How rollout cost grows with the work in flight: tree vs chain at 8, 32 and 128 tasks.
 
 FrozenLake (rLLM's convention) with the shipped base policy ``frozenlake-tiny`` through the
-transformers backend. For each number of tasks rolled out together, Tree-GRPO (M=4, N=2, L=1)
-and chains with the same leaves per task (matched task by task, as ``bench/rollout_cost.py``
-does) run on the same tasks, in alternating order, and the bench reports leaves per second for
-both. The embedded model's decode step is latency-bound with few sequences in flight (each step
-costs about the same whatever the batch) and throughput-bound with many (the cost grows with
-the batch): ``../shared/design/ALGORITHMS.md`` section 10 says why that decides tree versus
-chain (the tree pays for its sequential depth in the first regime, wins by its token ratio in
-the second). Also reported: the backend's KV-cache memory per cached token at the end of the
-largest tree rollout (the trie's storage bytes / its tokens; nothing is evicted at that size).
+transformers backend, on the unsynchronised engine. For each number of tasks rolled out
+together, Tree-GRPO (M=4, N=2, L=1) and chains with the same leaves per task (matched task by
+task, as ``bench/rollout_cost.py`` does) run on the same tasks, in alternating order, and the
+bench reports leaves per second for both. The embedded model's decode step is latency-bound
+with few sequences in flight (each step costs about the same whatever the batch) and
+throughput-bound with many (the cost grows with the batch): ``../shared/design/ALGORITHMS.md``
+section 10 says why that decides tree versus chain (the tree pays for its sequential depth in
+the first regime, wins by its token ratio in the second). Also reported: the backend's KV-cache
+memory per cached token at the end of the largest tree rollout (the trie's storage bytes / its
+tokens; nothing is evicted at that size).
 
 Prints a table and, as its last line, one JSON object. ``--quick``: one repeat per size.
 
@@ -49,7 +50,7 @@ def main() -> None:
     pad = policy.tokenizer.pad_token_id or 0
     turn_format = policy.turn_format()
     make_env = lambda: make_frozenlake("rllm")
-    settings = RolloutConfig(max_turn_tokens=12)
+    settings = RolloutConfig(max_turn_tokens=12, synchronous=False)
     pool = np.random.default_rng(1).choice(1_000_000, size=sum(SIZES) * repeats, replace=False)
     tree = TreeGRPO(m=4, n=2, l=1)
     result: dict[str, object] = {}

@@ -162,7 +162,8 @@ def test_unsynchronised_rollout_does_not_depend_on_env_workers_or_repeats(byte_f
     for workers in (0, 3, 3):
         for strategy in (Chain(group_size=3), TreeGRPO(m=2, n=2, l=1)):
             batch = rollout([1, 2, 3], make_env, ScriptedBackend(MOVES, choose_by_seed=True),
-                            byte_format, strategy, config=RolloutConfig(env_workers=workers),
+                            byte_format, strategy,
+                            config=RolloutConfig(env_workers=workers, synchronous=False),
                             seed=5)
             results.append([_shape(t.root) for t in batch.trees])
     assert results[0] == results[2] == results[4]
@@ -286,14 +287,16 @@ def test_unit_strategy_units_must_match_the_frontier(byte_format) -> None:
 
     with pytest.raises(ValueError, match="units returned 1 units for 2"):
         rollout([1], lambda: make_frozenlake("rllm", size_min=3, size_max=3),
-                ScriptedBackend(MOVES), byte_format, Broken(group_size=2), seed=0)
+                ScriptedBackend(MOVES), byte_format, Broken(group_size=2),
+                config=RolloutConfig(synchronous=False), seed=0)
 
 
 def test_request_seeds_differ_between_children_of_one_node(byte_format) -> None:
     """The derived seeds give k different samples for a node listed k times."""
     batch = rollout([1], lambda: make_frozenlake("rllm", size_min=3, size_max=3),
                     ScriptedBackend(MOVES, choose_by_seed=True), byte_format,
-                    Chain(group_size=12), config=RolloutConfig(max_depth=1), seed=0)
+                    Chain(group_size=12),
+                    config=RolloutConfig(max_depth=1, synchronous=False), seed=0)
     first_moves = {n.action_text for n in batch.trees[0].root.children}
     assert len(first_moves) >= 3
     assert np.isfinite([n.reward for n in batch.trees[0].nodes]).all()

@@ -48,11 +48,15 @@ class RolloutConfig:
     """Safety cap on turns per trajectory, whatever the environment says."""
     entropy_window: int = checked(0, ge=0)
     """Record the mean normalised entropy of each turn's first tokens (ARPO needs 20)."""
-    synchronous: bool = False
+    synchronous: bool = True
     """Batched rounds as in the released codes: each backend call waits for every
     environment step of the last one and each tree advances as one unit (Tree-GRPO expands
-    all M trees after all M chains have ended). False: each unit advances on its own
-    (:mod:`treeroll.engine`)."""
+    all M trees after all M chains have ended); token for token the loop every figure before
+    the engine was measured with. False: each unit advances on its own (Tree-GRPO expands
+    tree i as soon as its chain ends; :mod:`treeroll.engine`), which pays off with slow
+    environments (``env_workers``) or a server backend; on in-process FrozenLake rollouts it
+    is as fast per generated token (``bench/engine_step.py``), not faster, hence the
+    default."""
     env_workers: int = checked(0, ge=0)
     """Threads stepping environments beside generation (0: inline; use > 0 for slow
     environments such as SWE tasks, whose commands run side by side)."""
