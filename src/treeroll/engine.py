@@ -123,7 +123,7 @@ class _Branch:
     state: BranchState = BranchState.WAITING_MODEL
     completion: Completion | None = None
     action_text: str = ""
-    future: Future[StepResult] | None = None
+    future: Future[tuple[StepResult, float]] | None = None
     result: StepResult | None = None
 
 

@@ -132,7 +132,7 @@ def make_env_factory(env_config: Any) -> Callable[[], Env]:
     factory: Any = ENVS.get(name)  # raises with the valid names unless an import path
     options = env_config.options
     if not options:
-        return factory  # type: ignore[no-any-return]
+        return factory
     build_user_plugin(factory, options, "env")  # one now: a bad option fails before any work
     return lambda: build_user_plugin(factory, options, "env")
 

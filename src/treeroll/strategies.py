@@ -135,7 +135,7 @@ class TreeGRPO:
         """Continue active branches; when all have ended, run the next expansion round
         (of the whole task, or of one of its trees when ``ctx.unit`` names it)."""
         if ctx.unit is not None:
-            return self._step_unit(tree, created, ctx, int(ctx.unit))
+            return self._step_unit(tree, created, ctx, int(ctx.unit))  # type: ignore[call-overload]
         # New children of the root come from the root entries of the last frontier, in order;
         # the budget may have cut the last of them.
         fresh = [node for node in created if node.parent is tree.root]

@@ -287,7 +287,7 @@ class HFBackend:
         unique: dict[tuple[int, ...], int] = {}
         owner = [unique.setdefault(r.prompt, len(unique)) for r in rows]
         prompts = list(unique)
-        kept: dict[int, tuple[torch.Tensor, KV]] = {}  # prompts needing no forward at all
+        kept: dict[int, tuple[torch.Tensor, list[KV]]] = {}  # prompts needing no forward
         for u, p in enumerate(prompts):
             if self.keep_logits and p in self._logits:
                 m, pieces = self.trie.match_pieces(p)
