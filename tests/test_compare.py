@@ -127,3 +127,6 @@ def test_compare_writes_the_report(tmp_path) -> None:
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "leaves" in r] == [1, 2]  # not trained again
     assert sum(1 for r in records if r.get("final")) == 1
+    # Runs made with other settings are refused before anything trains, not read back.
+    with pytest.raises(ValueError, match=r"rollout\.max_generated_tokens: 40 -> 41"):
+        run_compare(replace(config, token_budget=41))

@@ -4,7 +4,9 @@ Every strategy gets the same base config, the same number of updates and the sam
 generated-token budget (``rollout.max_generated_tokens``; leaves are whatever the strategy
 makes of it). Each (strategy, seed) is an ordinary training run in ``<report>/runs/``, so a
 crashed or interrupted comparison keeps every finished run and is resumed by running the
-same command again (finished runs are read back, not retrained).
+same command again (finished runs are read back, not retrained). A run folder made with
+other settings (a different budget, strategy setting, code default) is refused before any
+run trains, rather than read back as one of this comparison's runs.
 
 The report folder holds ``report.md`` (the table), ``results.json``, ``success_vs_tokens.png``
 and an example tree per strategy (JSON, PNG and HTML).
@@ -21,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from treeroll.checks import validate
-from treeroll.config import TrainConfig, check_config
+from treeroll.config import TrainConfig, check_config, config_to_dict
 from treeroll.training.evaluation import Reporter
 from treeroll.training.runfolder import finished_steps
 from treeroll.training.trainer import train
@@ -103,6 +106,39 @@ def _run_config(config: CompareConfig, strategy: str, seed: int) -> TrainConfig:
         env=replace(base.env, task_seed=seed))
 
 
+REUSABLE_DIFFERENCES = ("resume", "extend", "force", "threads", "runs_dir", "checkpoint_every",
+                        "save_trees_every")
+"""Settings a run folder may have been made with, apart from this comparison's, and still be
+read back (or resumed) as one of its runs: none of them changes what the run computes."""
+
+
+def _settings_changed(run_config: TrainConfig) -> list[str]:
+    """``name (key: saved -> now, ...)`` if the run's folder was made with other settings."""
+    saved_file = Path(run_config.runs_dir) / run_config.name / "config.yaml"
+    if not saved_file.is_file():
+        return []
+    saved = _flatten(yaml.safe_load(saved_file.read_text()) or {})
+    now = _flatten(config_to_dict(run_config))
+    keys = [key for key in sorted(set(saved) | set(now))
+            if saved.get(key, "(absent)") != now.get(key, "(absent)")
+            and not any(key == k or key.startswith(k + ".") for k in REUSABLE_DIFFERENCES)]
+    if not keys:
+        return []
+    shown = ", ".join(f"{key}: {saved.get(key, '(absent)')!r} -> {now.get(key, '(absent)')!r}"
+                      for key in keys[:3])
+    return [f"{run_config.name} ({shown}{', ...' if len(keys) > 3 else ''})"]
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested mapping as dotted keys (lists compared whole)."""
+    if not isinstance(data, dict):
+        return {prefix: list(data) if isinstance(data, tuple) else data}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
 def _collect(run_dir: Path) -> dict[str, Any]:
     records = []
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
@@ -145,6 +181,13 @@ def run_compare(config: CompareConfig, reporter: Reporter | None = None) -> str:
             for strategy in config.strategies for seed in config.seeds]
     for run_config in runs:  # every run's settings, before the first one trains
         check_config(run_config)
+    stale = [problem for run_config in runs for problem in _settings_changed(run_config)]
+    if stale:
+        raise ValueError(f"{config.report_dir} holds runs made with other settings, which "
+                         "would be read back as if made with these: "
+                         + "; ".join(stale[:4]) + ("; ..." if len(stale) > 4 else "")
+                         + f". Move {Path(config.report_dir) / 'runs'} aside or choose "
+                         "another --report-dir")
     report = Path(config.report_dir)
     report.mkdir(parents=True, exist_ok=True)
     results: dict[str, list[dict[str, Any]]] = {s: [] for s in config.strategies}
