@@ -133,6 +133,11 @@ evaluations along the way (step, success, tasks; the middle ones on the first 12
 {', '.join(f"{s}: {v:.3f} ({n})" for s, v, n in dt['evals'])}.
 
 **The target {'is met' if met else 'is not met'}: {dt['gain'] * 100:+.1f} points{'' if met else ', not +20'}, the intervals {'do not overlap' if dt['separated'] else 'overlap'}.**
+
+The run uses the engine's synchronous rounds, which sample the same trees as the loop before
+the engine; the HF backend's kept branch-point logits equal a re-fed token's only within float
+rounding, so over 240 steps a few samples differ from that loop's (the 90-step
+`learning.py --quick` below ends on the same figures to the last digit).
 """)
 if not met:
     w(f"""What is known about why (figures above, from `bench/base_policy.py`):
@@ -161,8 +166,8 @@ if "compare_strategies" in R:
     w("### Strategies under one budget (`treeroll compare`, rLLM convention)\n")
     w(f"""`python bench/compare_strategies.py` runs `treeroll compare --config
 configs/compare_frozenlake.yaml`: from `frozenlake-tiny`, {cs['steps']} updates of {cs['tasks_per_step']} tasks, the same
-budget of {cs['token_budget']} generated tokens per task per step for every strategy (each asks for more
-leaves than the budget allows, so the budget binds), AdamW 2e-4, {cs['seeds']} seeds (the seed changes
+budget of {cs['token_budget']} generated tokens per task per step for every strategy (a cap: a
+strategy may spend less), AdamW 2e-4, {cs['seeds']} seeds (the seed changes
 the training tasks and the sampling); held-out success on {cs['eval_tasks']} tasks, greedy; intervals are 95%
 t-intervals over seeds. The report, its plot and an example tree per strategy are in
 `docs/compare_frozenlake/`.
@@ -180,17 +185,29 @@ t-intervals over seeds. The report, its plot and an example tree per strategy ar
     sep = cs.get("patr_separated_from_chain")
     ratio = cs.get("patr_tokens_over_chain")
     ch = cs["chain"]
-    w(f"""**This comparison is not conclusive, and the reason is its budget, not the strategies.** The
-budget rule splits a task's tokens evenly over its frontier, so chain's 16 chains get
-{cs['token_budget'] // 16} tokens each: about one turn, after which every chain stops truncated with the
-reward it had (`docs/compare_frozenlake/report.md`, from the same run: about 105 chain leaves
-per 1,000 generated tokens, i.e. ten tokens a leaf, and task groups with reward signal 0.16 of
-the time against 0.38–0.50 for the trees). The trees spend fewer tokens than the budget ({', '.join(f"{n} {cs[n]['generated_tokens']:,}" for n in names)}
-generated tokens in all), so "equal budget" held as a cap, not as equal spending. No strategy
-moved the greedy held-out success much in 60 updates at this budget (every final is within
-two points of the start). The next comparison needs a budget at or above what chains spend
-unconstrained, or equal leaves per task, and enough updates for chain's curve
-to flatten; at the current speed that is several hours on these two cores.
+    report = json.loads((ROOT / "docs/compare_frozenlake/results.json").read_text())
+    per_seed = {n: [run["final_success"] for run in report[n]["runs"]] for n in names}
+    signal = {n: report[n].get("signal_groups") for n in names}
+    worst = min(per_seed["patr"]) if "patr" in per_seed else None
+    w(f"""The budget, {cs['token_budget']} generated tokens per task per step, is about what chain's 16 chains spend
+unconstrained on the base (19 tokens a leaf), so it caps spending without starving chains (the
+comparison before it used 160, which cut every chain to about one turn). Generated tokens in
+all: {', '.join(f"{n} {cs[n]['generated_tokens']:,}" for n in names)}. Task groups with a reward signal (not
+all leaves equal): {', '.join(f"{n} {signal[n]:.2f}" for n in names)}. Final success per seed
+(`docs/compare_frozenlake/report.md`, from the same run):
+
+| strategy | seeds 0 / 1 / 2 / 3 / 4 |
+|---|---|""")
+    for n in names:
+        w(f"| {n} | {' / '.join(f'{v:.3f}' for v in per_seed[n])} |")
+    w(f"""
+No strategy separates from chain: Tree-GRPO ends {100 * (cs['tree_grpo']['final'] - cs['chain']['final']):+.1f} points from chain with
+{cs['tree_grpo']['generated_tokens'] / cs['chain']['generated_tokens']:.2f} of its tokens, the random tree {100 * (cs['random_tree']['final'] - cs['chain']['final']):+.1f} with {cs['random_tree']['generated_tokens'] / cs['chain']['generated_tokens']:.2f}. PATR's
+mean is pulled down by one seed that collapsed (seed {per_seed['patr'].index(worst)}: {worst:.3f}; the seeds start at
+{cs['patr']['start']:.3f} on average); its other four seeds end between {sorted(per_seed['patr'])[1]:.3f} and {max(per_seed['patr']):.3f}. Why that run
+collapsed is not known yet (its run folder stays under `reports/`, outside the repository);
+PATR keeps pruned branches in the group as negatives, which is the first
+suspect. In {cs['steps']} updates no strategy moved the greedy held-out success far from the start.
 """)
     w(f"""Targets (PATR's paper: +9.3 over GRPO on this convention): PATR ends above chain with
 separated intervals: **{'met' if sep else 'not met'}** ({cs['patr_minus_chain'] * 100:+.1f} points); PATR reaches chain's final success with at
@@ -227,10 +244,11 @@ statement alone is about 1,500 bytes), environment steps on 4 threads.
   extra child of a branch point without them).
 - Per leaf, Tree-GRPO's wall time over chains' on FrozenLake: {rc['tree_over_chain_wall_per_leaf']:.3f} (target < 0.8: **{'met' if rc['tree_over_chain_wall_per_leaf'] < 0.8 else 'not met'}**).
   The tree generates {rc['tree_generated_per_leaf']:.1f} tokens a leaf against the chains' {rc['chain_generated_per_leaf']:.1f} and computes {rc['tree_computed_per_leaf']:.1f} against
-  {rc['chain_computed_per_leaf']:.1f}: on these short episodes (the base solves small maps in a few turns) a branch
-  saves only the turns before it, so the token ratio itself is above 0.8, and with 8 tasks in
-  flight the decode steps are latency-bound, so the tree also pays for its second sequential
-  phase (`bench/rollout_scaling.py` below).
+  {rc['chain_computed_per_leaf']:.1f} ({rc['tree_computed_per_leaf'] / rc['chain_computed_per_leaf']:.2f} of the chains' work per leaf): on these short episodes (the base
+  solves small maps in a few turns) a branch saves only the turns before it, so the wall ratio
+  cannot go far below the work ratio, and with 8 tasks in flight the decode steps are
+  latency-bound, so the tree also pays for its second sequential phase
+  (`bench/rollout_scaling.py` below).
 - On SWE tasks, with long observations: {rc['swe_tree_over_chain_wall_per_leaf']:.3f} (target < 0.6: **{'met' if rc['swe_tree_over_chain_wall_per_leaf'] < 0.6 else 'not met'}**); the tree
   computes {rc['swe_tree_computed_per_leaf']:.0f} tokens a leaf against the chains' {rc['swe_chain_computed_per_leaf']:.0f}. Two repeats on a shared machine:
   the ratio moved between 0.49 and 0.61 across runs made while writing this bench.
@@ -246,10 +264,11 @@ for n in sizes:
     w(f"| {n} | {rs[f'tree_leaves_per_s_{n}']:.1f} | {rs[f'chain_leaves_per_s_{n}']:.1f} | {rs[f'tree_over_chain_wall_per_leaf_{n}']:.3f} |")
 w(f"""
 One repeat per size (noisy). The tree does not become cheaper per leaf than chains at 128
-tasks in flight on these CPUs: its token saving on FrozenLake is small (above), and what a
-wider batch saves per token is eaten by the tail of its second phase (a few long expansions
-decoded alone) and by copying each request's cached prefix out of the trie into the decode
-batch, which grows with the context. The KV cache holds {rs['cache_bytes_per_token']:.0f} bytes per cached token
+tasks in flight on these CPUs: its token saving on FrozenLake is small (above), and a profile
+of the 128-task case shows where the rest goes: the tree needs about 31 backend calls against
+the chains' 18 (its second phase, whose tail decodes a few long expansions alone), and each
+call copies every request's cached prefix out of the trie into the decode batch, a cost that
+grows with the context, not with the tokens generated. The KV cache holds {rs['cache_bytes_per_token']:.0f} bytes per cached token
 (4 layers × 2 × 4 heads × 32 dims × 4 bytes = 4,096: nothing is stored twice).
 
 #### The new engine on the default training's batches (`bench/engine_step.py`)
