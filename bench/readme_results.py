@@ -205,9 +205,10 @@ No strategy separates from chain: Tree-GRPO ends {100 * (cs['tree_grpo']['final'
 {cs['tree_grpo']['generated_tokens'] / cs['chain']['generated_tokens']:.2f} of its tokens, the random tree {100 * (cs['random_tree']['final'] - cs['chain']['final']):+.1f} with {cs['random_tree']['generated_tokens'] / cs['chain']['generated_tokens']:.2f}. PATR's
 mean is pulled down by one seed that collapsed (seed {per_seed['patr'].index(worst)}: {worst:.3f}; the seeds start at
 {cs['patr']['start']:.3f} on average); its other four seeds end between {sorted(per_seed['patr'])[1]:.3f} and {max(per_seed['patr']):.3f}. Why that run
-collapsed is not known yet (its run folder stays under `reports/`, outside the repository);
-PATR keeps pruned branches in the group as negatives, which is the first
-suspect. In {cs['steps']} updates no strategy moved the greedy held-out success far from the start.
+collapsed is not known yet; its metrics (`docs/compare_frozenlake/patr_seed2_metrics.jsonl`)
+show the policy's entropy rising and more episodes running out of turns in the last steps,
+while few branches were pruned, so pruned negatives are not the obvious cause. In
+{cs['steps']} updates no strategy moved the greedy held-out success far from the start.
 """)
     w(f"""Targets (PATR's paper: +9.3 over GRPO on this convention): PATR ends above chain with
 separated intervals: **{'met' if sep else 'not met'}** ({cs['patr_minus_chain'] * 100:+.1f} points); PATR reaches chain's final success with at
