@@ -84,7 +84,8 @@ def test_constant_group_has_zero_advantage_and_registry() -> None:
     for name in ("grpo", "dr_grpo", "rloo", "tree"):
         np.testing.assert_allclose(ADVANTAGES.get(name)(tree), 0.0, atol=1e-9)
     assert all(abs(v) < 1e-12 for v in advantages.treerl(tree).values())
-    with pytest.raises(ValueError, match="valid: dr_grpo, grpo, rloo, tree, treerl"):
+    assert all(np.allclose(turns, 0.0) for turns in advantages.gigpo(tree))
+    with pytest.raises(ValueError, match="valid: dr_grpo, gigpo, grpo, planpo, progress, rloo, tree, treepo, treerl"):
         ADVANTAGES.get("nope")
 
 
@@ -156,3 +157,95 @@ def test_token_credit_spreads_turn_values_over_model_tokens_only() -> None:
         advantages.token_credit(tree, np.zeros(3))
     with pytest.raises(ValueError, match="1 values for 2 turns"):
         advantages.token_credit(tree, [np.zeros(1), np.zeros(2)])
+
+
+def test_gigpo_step_groups_gather_turns_from_the_same_state_across_branches() -> None:
+    """GiGPO on a tree: the step term standardises discounted returns among the turns taken
+    from one observation, wherever in the tree they are; checked against hand-computed
+    values."""
+    tree = RolloutTree.new(0, 0, 0, prompt_ids=[1], prompt_text="s0")
+    # Two first turns from s0: a -> state "s1", b -> also "s1" (two paths reach one cell).
+    a = tree.add_child(tree.root, action_ids=[3], observation_text="s1",
+                       status=NodeStatus.EXPANDED)
+    b = tree.add_child(tree.root, action_ids=[3], observation_text="s1",
+                       status=NodeStatus.EXPANDED)
+    tree.add_child(a, action_ids=[4], observation_text="goal", reward=1.0, terminated=True,
+                   status=NodeStatus.TERMINAL)                                  # leaf 0
+    tree.add_child(a, action_ids=[5], observation_text="hole", terminated=True,
+                   status=NodeStatus.TERMINAL)                                  # leaf 1
+    tree.add_child(b, action_ids=[5], observation_text="hole", terminated=True,
+                   status=NodeStatus.TERMINAL)                                  # leaf 2
+    credit = advantages.gigpo(tree, omega=0.5, gamma=0.9, eps=0.0)
+    r = np.array([1.0, 0.0, 0.0])
+    episode = (r - r.mean()) / r.std()
+    # Turn 1 (from s0): returns 0.9 * R = [0.9, 0, 0]; turn 2 (from s1): R = [1, 0, 0].
+    first = np.array([0.9, 0.0, 0.0])
+    first = (first - first.mean()) / first.std()
+    second = (r - r.mean()) / r.std()
+    expected = [episode[i] + 0.5 * np.array([first[i], second[i]]) for i in range(3)]
+    assert len(credit) == 3
+    for got, want in zip(credit, expected, strict=True):
+        np.testing.assert_allclose(got, want)
+    # A state only one step was taken from gets no step term: give leaf 2's parent its own
+    # observation and its last turn is alone in its group.
+    b.observation_text = "s1'"
+    alone = advantages.gigpo(tree, omega=0.5, gamma=0.9, eps=0.0)
+    assert alone[2][1] == pytest.approx(episode[2])
+    pair = np.array([1.0, 0.0])
+    np.testing.assert_allclose([alone[0][1], alone[1][1]],
+                               episode[:2] + 0.5 * (pair - pair.mean()) / pair.std())
+    assert "gigpo" in ADVANTAGES
+
+
+def test_treepo_averages_prefix_subgroup_baselines_over_depths() -> None:
+    """``_tree([[1, 0], [0], [1, 1, 0]])``: the root group (all six leaves) at depth 0, then
+    each trunk's leaves at depth 1 (the lone leaf of trunk 1 skips it); leaf nodes are groups
+    of one. Hand-computed, then divided by the std of the six values."""
+    tree = _tree([[1.0, 0.0], [0.0], [1.0, 1.0, 0.0]])
+    r = np.array([1.0, 0.0, 0.0, 1.0, 1.0, 0.0])
+    root = r.mean()
+    raw = np.array([((1 - root) + (1 - 0.5)) / 2, ((0 - root) + (0 - 0.5)) / 2, 0 - root,
+                    ((1 - root) + (1 - 2 / 3)) / 2, ((1 - root) + (1 - 2 / 3)) / 2,
+                    ((0 - root) + (0 - 2 / 3)) / 2])
+    np.testing.assert_allclose(advantages.treepo(tree, eps=0.0), raw / raw.std())
+    np.testing.assert_allclose(advantages.treepo(_tree([[1.0, 1.0], [1.0]])), 0.0)
+
+
+def test_progress_conditioned_ranks_an_all_failure_group_by_states_only_it_reached() -> None:
+    tree = RolloutTree.new(0, 0, 0, prompt_ids=[1], prompt_text="s0")
+    trunk = tree.add_child(tree.root, action_ids=[3], observation_text="shared",
+                           status=NodeStatus.EXPANDED)
+    explorer = tree.add_child(trunk, action_ids=[3], observation_text="new1",
+                              status=NodeStatus.EXPANDED)
+    tree.add_child(explorer, action_ids=[3], observation_text="new2", terminated=True,
+                   status=NodeStatus.TERMINAL)                     # leaf 0: two own states
+    tree.add_child(trunk, action_ids=[4], observation_text="hole", terminated=True,
+                   status=NodeStatus.TERMINAL)                     # leaf 1: one own state
+    tree.add_child(trunk, action_ids=[4], observation_text="shared", terminated=True,
+                   status=NodeStatus.TERMINAL)                     # leaf 2: nothing of its own
+    coverage = np.array([2.0, 1.0, 0.0])
+    np.testing.assert_allclose(advantages.progress_conditioned(tree, eps=0.0),
+                               (coverage - coverage.mean()) / coverage.std())
+    # One success: plain GRPO on the rewards, coverage ignored.
+    tree.nodes[-1].reward = 1.0
+    r = np.array([0.0, 0.0, 1.0])
+    np.testing.assert_allclose(advantages.progress_conditioned(tree, eps=0.0),
+                               (r - r.mean()) / r.std())
+
+
+def test_planpo_favours_shorter_successes_and_never_short_failures() -> None:
+    tree = RolloutTree.new(0, 0, 0, prompt_ids=[1], prompt_text="s0")
+    quick = tree.add_child(tree.root, action_ids=[3], reward=1.0, terminated=True,
+                           status=NodeStatus.TERMINAL)                # success in 1 turn
+    slow = tree.add_child(tree.root, action_ids=[3], status=NodeStatus.EXPANDED)
+    slow = tree.add_child(slow, action_ids=[3], status=NodeStatus.EXPANDED)
+    tree.add_child(slow, action_ids=[3], reward=1.0, terminated=True,
+                   status=NodeStatus.TERMINAL)                        # success in 3 turns
+    tree.add_child(tree.root, action_ids=[4], terminated=True,
+                   status=NodeStatus.TERMINAL)                        # failure in 1 turn
+    shaped = np.array([1.0 * (1 + 0.5), 1.0, 0.0])  # beta 0.5: the quick one gets all of it
+    got = advantages.planpo(tree, beta=0.5, eps=0.0)
+    np.testing.assert_allclose(got, (shaped - shaped.mean()) / shaped.std())
+    assert got[0] > got[1] > got[2]
+    assert quick.depth == 1
+    np.testing.assert_allclose(advantages.planpo(tree, beta=0.0), advantages.grpo(tree))

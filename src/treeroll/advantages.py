@@ -12,6 +12,15 @@ hyper-parameters) -> np.ndarray [num_leaves]`` in :func:`treeroll.tree.leaves` o
   over all leaves of the task.
 * ``treerl`` (:func:`treerl`): TreeRL's per-node process advantage, one value per turn
   (credit per token: every leaf through a turn gives that turn's tokens the same value).
+* ``treepo`` (:func:`treepo`): TreePO's depth subgroups: per leaf, the mean over depths of
+  its reward minus the mean reward of the leaves sharing its prefix to that depth.
+* ``progress`` (:func:`progress_conditioned`): GRPO, except that a group whose rewards are all
+  zero is ranked by how many states each leaf alone reached (observation coverage).
+* ``planpo`` (:func:`planpo`): treeroll's reading of PlanPO: GRPO on rewards that grow, up to
+  ``1 + beta``, for successes reached in fewer turns than the group's other successes.
+* ``gigpo`` (:func:`gigpo`): GiGPO's ``A_episode + omega * A_step``, the step term comparing
+  the discounted returns of the turns taken from the same environment state, one value per
+  turn of each leaf.
 
 An estimator returns its credit in one of three forms (:func:`token_credit` turns each into
 the per-token advantages the update takes): an array ``[num_leaves]`` (one value per leaf,
@@ -39,7 +48,7 @@ import numpy as np
 
 from treeroll.tree import Node, RolloutTree, leaf_rewards, leaves, path_to, subtree_index
 
-__all__ = ["dr_grpo", "grpo", "normalise", "rloo", "token_credit", "tree_advantage", "treerl"]
+__all__ = ["dr_grpo", "gigpo", "grpo", "normalise", "planpo", "progress_conditioned", "rloo", "token_credit", "tree_advantage", "treepo", "treerl"]
 
 
 def normalise(rewards: np.ndarray, *, scale: bool = True, eps: float = 1e-6,
@@ -119,6 +128,115 @@ def treerl(tree: RolloutTree, *, leaf_normalise: bool = True) -> dict[int, float
         advantage = (value[node.id] - root) + (value[node.id] - value[node.parent.id])
         out[node.id] = advantage / np.sqrt(count[node.id]) if leaf_normalise else advantage
     return out
+
+
+def gigpo(tree: RolloutTree, *, omega: float = 1.0, gamma: float = 0.95, eps: float = 1e-6,
+          std: str = "population", singleton: str = "zero") -> list[np.ndarray]:
+    """GiGPO (Feng et al. 2025, verl-agent; ALGORITHMS.md section 7) on a task's tree: per
+    leaf, one value per turn ``t``: ``A_episode(leaf) + omega * A_step(leaf, t)``.
+
+    ``A_episode`` is GRPO over the group's leaves. ``A_step`` groups the steps of all leaves
+    by their *anchor state*, the observation the turn was taken from (its parent node's
+    ``observation_text``, compared exactly as GiGPO hashes states), and standardises within
+    each group the step's discounted return ``sum_k gamma^k r_(t+k)`` along the leaf. Every
+    leaf is one trajectory of the group, so a turn shared by several leaves is a member of its
+    step group once per leaf through it, each with that leaf's return: the same members as if
+    the leaves had been sampled as independent chains, which is GiGPO's setting (its groups
+    also gather states that separate trajectories reach again, a tree's siblings included).
+    A state seen by one step only gets ``A_step = 0`` (``singleton="zero"``). ``omega=1`` and
+    ``gamma=0.95`` are GiGPO's released defaults."""
+    group = leaves(tree)
+    episode = normalise(np.array(leaf_rewards(tree, group)), eps=eps, std=std,
+                        singleton=singleton)
+    keys: dict[str, int] = {}
+    members: list[tuple[int, int, int, float]] = []  # (anchor, leaf, turn, return)
+    for index, leaf in enumerate(group):
+        path = path_to(leaf)
+        ret = 0.0
+        for turn in range(len(path) - 1, 0, -1):
+            ret = path[turn].reward + gamma * ret
+            anchor = keys.setdefault(path[turn - 1].observation_text, len(keys))
+            members.append((anchor, index, turn - 1, ret))
+    step = [np.zeros(leaf.depth) for leaf in group]
+    anchors = np.array([m[0] for m in members], dtype=np.int64)
+    returns = np.array([m[3] for m in members], dtype=np.float64)
+    for anchor in range(len(keys)):
+        chosen = np.flatnonzero(anchors == anchor)
+        values = normalise(returns[chosen], eps=eps, std=std, singleton=singleton)
+        for position, value in zip(chosen, values, strict=True):
+            _, index, turn, _ = members[position]
+            step[index][turn] = value
+    return [episode[i] + omega * step[i] for i in range(len(group))]
+
+
+def treepo(tree: RolloutTree, *, eps: float = 1e-6, std: str = "population") -> np.ndarray:
+    """TreePO's subgroup advantage (ALGORITHMS.md section 7), one value per leaf.
+
+    For every depth ``d`` at which a leaf's path has a node (the root, depth 0, is the whole
+    group), the leaf's reward minus the mean reward of the group's leaves through that node;
+    depths whose node has a single leaf below are skipped; the leaf's advantage is the mean
+    over the remaining depths (0 when none remain), divided by the std of the group's
+    advantages. treeroll's choice: TreePO whitens over the *batch*, but an estimator sees one
+    task, so the whitening here is over the task's group (a group of identical advantages is
+    left unscaled)."""
+    group = leaves(tree)
+    rewards = np.array(leaf_rewards(tree, group), dtype=np.float64)
+    below: dict[int, list[int]] = {}
+    for index, leaf in enumerate(group):
+        for node in path_to(leaf):
+            below.setdefault(node.id, []).append(index)
+    out = np.zeros(len(group))
+    for index, leaf in enumerate(group):
+        terms = [rewards[index] - rewards[below[node.id]].mean()
+                 for node in path_to(leaf) if len(below[node.id]) > 1]
+        out[index] = float(np.mean(terms)) if terms else 0.0
+    spread = out.std(ddof=1 if std == "sample" and len(out) > 1 else 0)
+    return out / (spread + eps) if spread > 0 else out
+
+
+def progress_conditioned(tree: RolloutTree, *, eps: float = 1e-6, std: str = "population",
+                         singleton: str = "zero") -> np.ndarray:
+    """Progress-conditioned GPO (ALGORITHMS.md section 7): plain GRPO, except when every leaf
+    of the group has reward 0; then the leaves are ranked by observation coverage instead, so
+    an all-failure group still carries a signal.
+
+    treeroll's reading of "first-visit coverage" on a tree: a leaf's coverage is the number of
+    distinct observations (``observation_text``) on its path that no other leaf's path
+    reaches; observations on a shared prefix count for nobody. The coverages are then
+    group-normalised like rewards."""
+    group = leaves(tree)
+    rewards = np.array(leaf_rewards(tree, group), dtype=np.float64)
+    if len(group) == 0 or np.any(rewards != 0):
+        return normalise(rewards, eps=eps, std=std, singleton=singleton)
+    seen_by: dict[str, set[int]] = {}
+    for index, leaf in enumerate(group):
+        for node in path_to(leaf)[1:]:
+            seen_by.setdefault(node.observation_text, set()).add(index)
+    coverage = np.zeros(len(group))
+    for indices in seen_by.values():
+        if len(indices) == 1:
+            coverage[next(iter(indices))] += 1
+    return normalise(coverage, eps=eps, std=std, singleton=singleton)
+
+
+def planpo(tree: RolloutTree, *, beta: float = 0.2, eps: float = 1e-6,
+           std: str = "population", singleton: str = "zero") -> np.ndarray:
+    """treeroll's reading of PlanPO's "planning-aware group optimisation" (only its abstract
+    is public): GRPO on shaped rewards ``R' = R * (1 + beta * s)``, ``s`` in [0, 1] how much
+    shorter (in turns) a leaf with ``R > 0`` is than the group's other rewarded leaves
+    (``(T_max - T) / (T_max - T_min)``, 1 when they all took as many turns). Only rewarded
+    leaves are shaped, and by at most ``1 + beta``, so a failure never gains by being short and
+    a success always outranks a failure: the term cannot collapse into length minimisation."""
+    group = leaves(tree)
+    rewards = np.array(leaf_rewards(tree, group), dtype=np.float64)
+    turns = np.array([leaf.depth for leaf in group], dtype=np.float64)
+    rewarded = rewards > 0
+    shaped = rewards.copy()
+    if rewarded.any():
+        low, high = turns[rewarded].min(), turns[rewarded].max()
+        shortness = np.ones(len(group)) if high == low else (high - turns) / (high - low)
+        shaped[rewarded] = rewards[rewarded] * (1.0 + beta * shortness[rewarded])
+    return normalise(shaped, eps=eps, std=std, singleton=singleton)
 
 
 def token_credit(tree: RolloutTree, credit: Any) -> list[float | np.ndarray]:

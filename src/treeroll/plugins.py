@@ -35,6 +35,10 @@ ADVANTAGES.register("dr_grpo", advantages.dr_grpo)
 ADVANTAGES.register("rloo", advantages.rloo)
 ADVANTAGES.register("tree", advantages.tree_advantage)
 ADVANTAGES.register("treerl", advantages.treerl)
+ADVANTAGES.register("gigpo", advantages.gigpo)
+ADVANTAGES.register("treepo", advantages.treepo)
+ADVANTAGES.register("progress", advantages.progress_conditioned)
+ADVANTAGES.register("planpo", advantages.planpo)
 
 
 def make_estimator(advantage_config: Any) -> AdvantageEstimator:
