@@ -48,7 +48,8 @@ import numpy as np
 
 from treeroll.tree import Node, RolloutTree, leaf_rewards, leaves, path_to, subtree_index
 
-__all__ = ["dr_grpo", "gigpo", "grpo", "normalise", "planpo", "progress_conditioned", "rloo", "token_credit", "tree_advantage", "treepo", "treerl"]
+__all__ = ["dr_grpo", "gigpo", "grpo", "normalise", "planpo", "progress_conditioned", "rloo",
+           "token_credit", "tree_advantage", "treepo", "treerl"]
 
 
 def normalise(rewards: np.ndarray, *, scale: bool = True, eps: float = 1e-6,
