@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from treeroll.allocators import AllocatorConfig
 from treeroll.backends.local import ModelConfig
 from treeroll.checks import checked
 from treeroll.rollout import RolloutConfig
@@ -255,6 +256,7 @@ class TrainConfig:
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
     scorer: ScorerConfig = field(default_factory=ScorerConfig)
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)

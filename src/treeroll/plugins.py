@@ -1,7 +1,7 @@
 """Every built-in plug-in, registered in this one visible module.
 
-Strategies, advantage estimators, environments and process scorers are looked up here by the
-trainer and the CLI; ``package.module:object`` names a user's own plug-in instead.
+Strategies, allocators, advantage estimators, environments and process scorers are looked up
+here by the trainer and the CLI; ``package.module:object`` names a user's own plug-in instead.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from treeroll import advantages
+from treeroll import advantages, allocators
 from treeroll.base import (
     AdvantageEstimator,
+    Allocator,
     Env,
     GenerationBackend,
     ProcessScorer,
@@ -25,8 +26,8 @@ from treeroll.base import (
 from treeroll.registry import Registry, build_user_plugin
 from treeroll.strategies import PATR
 
-__all__ = ["ADVANTAGES", "BACKENDS", "ENVS", "ENV_SCORERS", "SCORERS", "STRATEGIES",
-           "make_backend", "make_env_factory", "make_estimator", "make_strategy",
+__all__ = ["ADVANTAGES", "ALLOCATORS", "BACKENDS", "ENVS", "ENV_SCORERS", "SCORERS", "STRATEGIES",
+           "make_allocator", "make_backend", "make_env_factory", "make_estimator", "make_strategy",
            "scorer_name_for", "sync_weights"]
 
 ADVANTAGES: Registry[AdvantageEstimator] = Registry("advantage estimator")
@@ -74,6 +75,22 @@ def make_estimator(advantage_config: Any) -> AdvantageEstimator:
                              f"{name!r} estimator (it takes: {takes}); leave it at its "
                              f"default {option.default!r} or choose an estimator that takes it")
     return functools.partial(estimator, **options)
+
+AllocatorBuilder = Callable[[Any, Any], Allocator | None]
+ALLOCATORS: Registry[AllocatorBuilder] = Registry("allocator")
+"""Allocator name -> ``builder(allocator_config, rollout_config)`` of a fresh allocator for one
+batch (``None``: ``rollout()``'s uniform default)."""
+ALLOCATORS.register("uniform", lambda config, rollout: None)
+ALLOCATORS.register("vigor", allocators.build_vigor)
+
+
+def make_allocator(allocator_config: Any, rollout_config: Any) -> Allocator | None:
+    """A fresh allocator for one batch, named by ``allocator_config.name`` (errors name the
+    setting); ``None`` for the uniform default."""
+    made: Allocator | None = ALLOCATORS.get(allocator_config.name)(allocator_config,
+                                                                     rollout_config)
+    return made
+
 
 STRATEGIES: Registry[str] = Registry("strategy")
 """Strategy name -> the field of ``StrategyConfig`` that holds its (configured) instance."""

@@ -24,6 +24,7 @@ import torch
 from treeroll.advantages import token_credit
 from treeroll.config import TrainConfig, check_config, config_to_dict
 from treeroll.plugins import (
+    make_allocator,
     make_backend,
     make_env_factory,
     make_estimator,
@@ -100,6 +101,7 @@ class _Run:
         self.make_env = make_env_factory(config.env)
         self.strategy = make_strategy(config.strategy)
         self.estimator = make_estimator(config.advantage)
+        make_allocator(config.allocator, config.rollout)  # a bad allocator fails before work
         scorer_name = scorer_name_for(config.scorer.name, self.strategy, config.env.name)
         self.scorer = None
         if scorer_name:
@@ -215,6 +217,7 @@ class _Run:
         self.model.eval()
         batch = rollout(tasks, self.make_env, self.backend, self.turn_format, self.strategy,
                         config=config.rollout, scorer=self.scorer,
+                        allocator=make_allocator(config.allocator, config.rollout),
                         seed=int(self.rng.integers(2**62)),
                         first_group_id=step * config.optim.tasks_per_step)
         rollout_seconds = time.perf_counter() - tick
