@@ -339,7 +339,7 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
     of any config with the same sections): each ``(option, message)`` names what is valid.
     Nothing is imported or built; ``package.module:object`` names are checked when made."""
     from treeroll.checks import option_name
-    from treeroll.plugins import ADVANTAGES, BACKENDS, ENVS, SCORERS, STRATEGIES
+    from treeroll.plugins import ADVANTAGES, ALLOCATORS, BACKENDS, ENVS, SCORERS, STRATEGIES
     from treeroll.views import VIEWS
 
     found: list[tuple[str, str]] = []
@@ -355,6 +355,12 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
         choice("strategy.name", config.strategy.name, STRATEGIES.names())
     if "advantage" in sections:
         choice("advantage.name", config.advantage.name, ADVANTAGES.names())
+    if "allocator" in sections:
+        choice("allocator.name", config.allocator.name, ALLOCATORS.names())
+        if (config.allocator.name == "vigor" and config.allocator.vigor.group is None
+                and config.rollout.max_leaves is None):
+            found.append(("--allocator.name", "is 'vigor', which redistributes a per-task "
+                          "leaf budget: set --rollout.max-leaves (or --allocator.vigor.group)"))
     if "scorer" in sections:
         choice("scorer.name", config.scorer.name, SCORERS.names())
     if "backend" in sections:
