@@ -144,8 +144,9 @@ def gigpo(tree: RolloutTree, *, omega: float = 1.0, gamma: float = 0.95, eps: fl
     step group once per leaf through it, each with that leaf's return: the same members as if
     the leaves had been sampled as independent chains, which is GiGPO's setting (its groups
     also gather states that separate trajectories reach again, a tree's siblings included).
-    A state seen by one step only gets ``A_step = 0`` (``singleton="zero"``). ``omega=1`` and
-    ``gamma=0.95`` are GiGPO's released defaults."""
+    A state seen by one step only gets ``A_step = 0`` (``singleton="zero"``). The step
+    returns are standardised (verl-agent's ``mean_std_norm``); ``omega=1`` and ``gamma=0.95``
+    are treeroll's defaults."""
     group = leaves(tree)
     episode = normalise(np.array(leaf_rewards(tree, group)), eps=eps, std=std,
                         singleton=singleton)

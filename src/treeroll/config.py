@@ -177,9 +177,9 @@ class AdvantageConfig:
     eps: float = checked(1e-6, ge=0)
     """``grpo``, ``tree``, ``gigpo``: added to the std before dividing."""
     omega: float = checked(1.0, ge=0)
-    """``gigpo``: weight of the step-level advantage (GiGPO's default 1)."""
+    """``gigpo``: weight of the step-level advantage."""
     gamma: float = checked(0.95, ge=0, le=1)
-    """``gigpo``: discount of the step returns (GiGPO's default 0.95)."""
+    """``gigpo``: discount of the step returns."""
     beta: float = checked(0.2, ge=0)
     """``planpo``: at most this much more reward for the group's shortest success."""
 
