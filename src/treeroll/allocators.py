@@ -1,7 +1,7 @@
 """Allocators: how much of a batch's rollout budget each task gets
 (:class:`treeroll.base.Allocator`).
 
-* ``uniform`` (:class:`treeroll.engine.UniformAllocator`): every task the same budget, once.
+* ``uniform`` (:class:`UniformAllocator`): every task the same budget, once.
 * ``vigor`` (:class:`Vigor`): VIGOR's variance-guided allocation (ALGORITHMS.md section 5).
   Every task starts with ``m0`` rollouts; in each later round the tasks kept from the round
   before are ranked by the variance of their group's rewards, the top ``alpha`` of them are
@@ -35,7 +35,7 @@ from treeroll.base import Allocator, Budget
 from treeroll.checks import checked
 from treeroll.tree import RolloutTree, leaf_rewards, leaves
 
-__all__ = ["AllocatorConfig", "Vigor", "VigorConfig", "build_vigor"]
+__all__ = ["AllocatorConfig", "UniformAllocator", "Vigor", "VigorConfig", "build_vigor"]
 
 
 @dataclass
@@ -62,6 +62,22 @@ class AllocatorConfig:
     """``uniform`` (every task ``rollout.max_leaves`` / ``max_generated_tokens``), ``vigor``
     (``treeroll.plugins.ALLOCATORS``)."""
     vigor: VigorConfig = field(default_factory=VigorConfig)
+
+
+@dataclass
+class UniformAllocator:
+    """Every tree gets the same budget once and never more (today's behaviour)."""
+
+    leaves: int | None = None
+    tokens: int | None = None
+
+    def start(self, trees: Sequence[RolloutTree]) -> list[Budget]:
+        """The same budget for every tree."""
+        return [Budget(leaves=self.leaves, tokens=self.tokens) for _ in trees]
+
+    def grant(self, trees: Sequence[RolloutTree], idle: Sequence[int]) -> dict[int, Budget]:
+        """Nothing more."""
+        return {}
 
 
 class Vigor:
