@@ -6,6 +6,11 @@ seeds; an interrupted comparison resumes where it stopped) and summarises its
 ``results.json``.
 
     python bench/compare_strategies.py          # about an hour on 2 cores
+    python bench/compare_strategies.py --fresh --copy-to docs/compare_frozenlake
+
+``--fresh`` first moves an existing report folder aside (``<folder>.old<N>``), so no run
+finished on older code is read back into the figure (``bench/reproduce.py`` passes it);
+``--copy-to`` copies the report, its plot and the example trees there afterwards.
 
 Last line: one JSON object with, per strategy, the mean final held-out success over seeds,
 its 95% t-interval, the mean start, the mean generated tokens and the tokens at which the
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -43,10 +49,25 @@ def main() -> None:
     """Run (or resume) the comparison; print the JSON line last."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(ROOT / "configs" / "compare_frozenlake.yaml"))
+    parser.add_argument("--fresh", action="store_true", help="move an existing report "
+                        "folder aside first (runs on older code are not read back)")
+    parser.add_argument("--copy-to", default=None, help="copy the report files here after")
     args = parser.parse_args()
     config = load_config(args.config, CompareConfig)
+    report = Path(config.report_dir)
+    if args.fresh and report.exists():
+        number = 1
+        while report.with_name(f"{report.name}.old{number}").exists():
+            number += 1
+        report.rename(report.with_name(f"{report.name}.old{number}"))
     run_compare(config)
-    results = json.loads((Path(config.report_dir) / "results.json").read_text())
+    if args.copy_to:
+        target = Path(args.copy_to)
+        target.mkdir(parents=True, exist_ok=True)
+        for item in report.iterdir():
+            if item.is_file():
+                shutil.copy2(item, target / item.name)
+    results = json.loads((report / "results.json").read_text())
     chain_final = results["chain"]["final_success"] if "chain" in results else None
     out: dict = {"config": Path(args.config).name, "seeds": len(config.seeds),
                  "steps": config.base.optim.steps,

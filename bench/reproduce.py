@@ -67,7 +67,8 @@ FIGURES = (
     Figure("sft_base", ("bench/sft_base.py",), False, 5),
     Figure("default_training", ("bench/learning.py", "--keep", "docs/default_training"), False,
            16),
-    Figure("compare_strategies", ("bench/compare_strategies.py",), False, 65),
+    Figure("compare_strategies", ("bench/compare_strategies.py", "--fresh", "--copy-to",
+                                  "docs/compare_frozenlake"), False, 65),
 )
 
 
