@@ -28,7 +28,7 @@ import yaml
 from treeroll.checks import validate
 from treeroll.config import TrainConfig, check_config, config_to_dict
 from treeroll.training.evaluation import Reporter
-from treeroll.training.runfolder import finished_steps
+from treeroll.training.runfolder import config_differences, finished_steps
 from treeroll.training.trainer import train
 
 __all__ = ["CompareConfig", "run_compare"]
@@ -117,26 +117,12 @@ def _settings_changed(run_config: TrainConfig) -> list[str]:
     saved_file = Path(run_config.runs_dir) / run_config.name / "config.yaml"
     if not saved_file.is_file():
         return []
-    saved = _flatten(yaml.safe_load(saved_file.read_text()) or {})
-    now = _flatten(config_to_dict(run_config))
-    keys = [key for key in sorted(set(saved) | set(now))
-            if saved.get(key, "(absent)") != now.get(key, "(absent)")
-            and not any(key == k or key.startswith(k + ".") for k in REUSABLE_DIFFERENCES)]
-    if not keys:
+    differences = config_differences(yaml.safe_load(saved_file.read_text()) or {},
+                                     config_to_dict(run_config), REUSABLE_DIFFERENCES)
+    if not differences:
         return []
-    shown = ", ".join(f"{key}: {saved.get(key, '(absent)')!r} -> {now.get(key, '(absent)')!r}"
-                      for key in keys[:3])
-    return [f"{run_config.name} ({shown}{', ...' if len(keys) > 3 else ''})"]
-
-
-def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    """A nested mapping as dotted keys (lists compared whole)."""
-    if not isinstance(data, dict):
-        return {prefix: list(data) if isinstance(data, tuple) else data}
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-    return out
+    shown = ", ".join(f"{key}: {old!r} -> {new!r}" for key, old, new in differences[:3])
+    return [f"{run_config.name} ({shown}{', ...' if len(differences) > 3 else ''})"]
 
 
 def _collect(run_dir: Path) -> dict[str, Any]:

@@ -17,7 +17,8 @@ import numpy as np
 import torch
 import yaml
 
-__all__ = ["RunFolder", "append_jsonl", "check_state_fits", "deferred_interrupt",
+__all__ = ["RunFolder", "append_jsonl", "check_state_fits", "config_differences",
+           "deferred_interrupt",
            "finished_steps", "load_checkpoint", "save_checkpoint"]
 
 
@@ -92,12 +93,10 @@ class RunFolder:
         if not self.resume:
             return
         saved = yaml.safe_load((self.path / "config.yaml").read_text())
-        differences = [key for key in _diff(saved, config, "")
-                       if not any(key == k or key.startswith(k + ".") for k in may_differ)]
+        differences = config_differences(saved, config, may_differ)
         if not differences:
             return
-        shown = "; ".join(f"{key}: {_lookup(saved, key)!r} -> {_lookup(config, key)!r}"
-                          for key in differences[:8])
+        shown = "; ".join(f"{key}: {old!r} -> {new!r}" for key, old, new in differences[:8])
         if not force:
             raise ValueError(f"--resume: the run in {self.path} was started with other "
                              f"settings ({shown}); resume with the same settings, pass --force "
@@ -135,6 +134,15 @@ class RunFolder:
         tmp = self.metrics.with_suffix(".tmp")
         tmp.write_text("".join(line + "\n" for line in kept))
         tmp.replace(self.metrics)
+
+
+def config_differences(saved: dict[str, Any], now: dict[str, Any],
+                       may_differ: tuple[str, ...] = ()) -> list[tuple[str, Any, Any]]:
+    """``(dotted key, saved value, value now)`` of every setting that differs between two
+    nested config dicts (lists and tuples compare alike), leaving out the top-level or dotted
+    keys ``may_differ`` and everything below them; ``None`` where a side lacks the key."""
+    return [(key, _lookup(saved, key), _lookup(now, key)) for key in _diff(saved, now, "")
+            if not any(key == k or key.startswith(k + ".") for k in may_differ)]
 
 
 def _diff(a: Any, b: Any, where: str) -> list[str]:
