@@ -23,7 +23,7 @@ from treeroll.base import (
     Strategy,
     UpdatableBackend,
 )
-from treeroll.registry import Registry, build_user_plugin
+from treeroll.registry import Registry, build_user_plugin, parse_options
 from treeroll.strategies import PATR
 
 __all__ = ["ADVANTAGES", "ALLOCATORS", "BACKENDS", "ENVS", "ENV_SCORERS", "SCORERS", "STRATEGIES",
@@ -151,11 +151,11 @@ def make_env_factory(env_config: Any) -> Callable[[], Env]:
     if name in ENVS:
         return ENVS.get(name)(env_config)
     factory: Any = ENVS.get(name)  # raises with the valid names unless an import path
-    options = env_config.options
-    if not options:
+    if not env_config.options:
         return factory
-    build_user_plugin(factory, options, "env")  # one now: a bad option fails before any work
-    return lambda: build_user_plugin(factory, options, "env")
+    options = parse_options(env_config.options)  # read once, not at every environment made
+    build_user_plugin(factory, options, "env", parsed=True)  # a bad option fails before work
+    return functools.partial(build_user_plugin, factory, options, "env", parsed=True)
 
 
 SCORERS: Registry[Callable[..., ProcessScorer]] = Registry("process scorer")

@@ -13,7 +13,7 @@ import typing
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Registry", "build_user_plugin", "load_object"]
+__all__ = ["Registry", "build_user_plugin", "load_object", "parse_options"]
 
 T = TypeVar("T")
 
@@ -73,17 +73,10 @@ def validate_choice(kind: str, name: str, valid: Callable[[], list[str]]) -> Non
         raise ValueError(f"unknown {kind} {name!r}; valid: {', '.join(valid())}")
 
 
-def build_user_plugin(obj: Any, options: Mapping[str, str], where: str, *args: Any) -> Any:
-    """A user's plug-in (``package.module:object``) built from its own config block.
-
-    ``options`` is the block (``--<where>.options KEY VALUE ...`` or a mapping in YAML); each
-    value is read as YAML (``3`` is an int, ``[1, 2]`` a list, ``true`` a bool). A dataclass
-    is built with them as its fields (an unknown key is an error naming the valid ones) and its
-    :func:`treeroll.checks.checked` rules are enforced; any other callable is called with
-    ``*args`` and the options as keywords; an instance (not callable) takes no options."""
+def parse_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """A user plug-in's config block with each string value read as YAML (``3`` an int,
+    ``[1, 2]`` a list, ``true`` a bool; text that is not YAML stays text)."""
     import yaml
-
-    from treeroll.checks import validate
 
     values: dict[str, Any] = {}
     for key, text in options.items():
@@ -91,6 +84,23 @@ def build_user_plugin(obj: Any, options: Mapping[str, str], where: str, *args: A
             values[key] = yaml.safe_load(text) if isinstance(text, str) else text
         except yaml.YAMLError:
             values[key] = text
+    return values
+
+
+def build_user_plugin(obj: Any, options: Mapping[str, str], where: str, *args: Any,
+                      parsed: bool = False) -> Any:
+    """A user's plug-in (``package.module:object``) built from its own config block.
+
+    ``options`` is the block (``--<where>.options KEY VALUE ...`` or a mapping in YAML); each
+    value is read as YAML (``3`` is an int, ``[1, 2]`` a list, ``true`` a bool). A dataclass
+    is built with them as its fields (an unknown key is an error naming the valid ones) and its
+    :func:`treeroll.checks.checked` rules are enforced; any other callable is called with
+    ``*args`` and the options as keywords; an instance (not callable) takes no options.
+    ``parsed``: ``options`` come from :func:`parse_options` already (read them once when a
+    plug-in is built many times, as an environment factory is)."""
+    from treeroll.checks import validate
+
+    values: dict[str, Any] = dict(options) if parsed else parse_options(options)
     name = getattr(obj, "__name__", type(obj).__name__)
     if dataclasses.is_dataclass(obj) and isinstance(obj, type):
         fields = {f.name for f in dataclasses.fields(obj) if f.init}
