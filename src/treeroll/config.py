@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import yaml
 
 from treeroll.allocators import AllocatorConfig
+from treeroll.arpo import ARPO
 from treeroll.backends.local import ModelConfig
 from treeroll.checks import checked
 from treeroll.rollout import RolloutConfig
@@ -93,7 +94,8 @@ class StrategyConfig:
     """Which rollout strategy builds each task's tree, and every strategy's settings."""
 
     name: str = "chain"
-    """``chain``, ``tree_grpo``, ``patr``, ``random_tree``, or ``package.module:object``."""
+    """``chain``, ``tree_grpo``, ``patr``, ``random_tree``, ``arpo`` or
+    ``package.module:object``."""
     options: dict[str, str] = field(default_factory=dict)
     """A user's own strategy (``package.module:object``): its config block, ``KEY VALUE``
     pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
@@ -102,6 +104,7 @@ class StrategyConfig:
     tree_grpo: TreeGRPO = field(default_factory=TreeGRPO)
     patr: PATR = field(default_factory=PATR)
     random_tree: RandomTree = field(default_factory=RandomTree)
+    arpo: ARPO = field(default_factory=ARPO)
 
 
 @dataclass
