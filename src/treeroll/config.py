@@ -21,6 +21,7 @@ from treeroll.arpo import ARPO
 from treeroll.backends.local import ModelConfig
 from treeroll.checks import checked
 from treeroll.rollout import RolloutConfig
+from treeroll.rtpo import RTPO
 from treeroll.strategies import PATR, Chain, RandomTree, TreeGRPO
 from treeroll.training.loss import LossConfig
 
@@ -94,7 +95,7 @@ class StrategyConfig:
     """Which rollout strategy builds each task's tree, and every strategy's settings."""
 
     name: str = "chain"
-    """``chain``, ``tree_grpo``, ``patr``, ``random_tree``, ``arpo`` or
+    """``chain``, ``tree_grpo``, ``patr``, ``random_tree``, ``arpo``, ``rtpo`` or
     ``package.module:object``."""
     options: dict[str, str] = field(default_factory=dict)
     """A user's own strategy (``package.module:object``): its config block, ``KEY VALUE``
@@ -105,6 +106,7 @@ class StrategyConfig:
     patr: PATR = field(default_factory=PATR)
     random_tree: RandomTree = field(default_factory=RandomTree)
     arpo: ARPO = field(default_factory=ARPO)
+    rtpo: RTPO = field(default_factory=RTPO)
 
 
 @dataclass
