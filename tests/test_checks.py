@@ -22,7 +22,7 @@ from treeroll.training.sft import SFTConfig
     ("--rollout.top-p", "1.5", "must be > 0 and <= 1"),
     ("--optim.loss.normalisation", "tokens", "one of 'token_mean', 'seq_mean'"),
     ("--advantage.std", "pop", "one of 'population', 'sample'"),
-    ("--strategy.name", "tree-grpo", "valid: arpo, chain, patr, random_tree, rtpo, tree_grpo"),
+    ("--strategy.name", "tree-grpo", "valid: arpo, chain, igrpo, patr, random_tree, rtpo"),
     ("--advantage.name", "ppo", "valid: dr_grpo, gigpo, grpo, planpo, progress, rloo, tree"),
     ("--allocator.name", "vigr", "valid: uniform, vigor"),
     ("--allocator.name", "vigor", "set --rollout.max-leaves"),

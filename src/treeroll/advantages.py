@@ -49,7 +49,7 @@ import numpy as np
 from treeroll.tree import Node, RolloutTree, leaf_rewards, leaves, path_to, subtree_index
 
 __all__ = ["dr_grpo", "gigpo", "grpo", "normalise", "planpo", "progress_conditioned", "rloo",
-           "token_credit", "tree_advantage", "treepo", "treerl"]
+           "token_credit", "tree_advantage", "treepo", "treerl", "weighted"]
 
 
 def normalise(rewards: np.ndarray, *, scale: bool = True, eps: float = 1e-6,
@@ -271,6 +271,16 @@ def token_credit(tree: RolloutTree, credit: Any) -> list[float | np.ndarray]:
     raise ValueError(f"an advantage estimator must return an array [{len(group)}], a mapping "
                      "node id -> value or one array of turn values per leaf; got "
                      f"{type(credit).__name__}")
+
+
+def weighted(tree: RolloutTree, credit: list[float | np.ndarray]) -> list[float | np.ndarray]:
+    """``credit`` (from :func:`token_credit`) times each leaf's ``info["sample_weight"]``, the
+    weight a strategy that over-samples some prefixes records (IGRPO); 1 where none is."""
+    out: list[float | np.ndarray] = []
+    for leaf, value in zip(leaves(tree), credit, strict=True):
+        weight = float(leaf.info.get("sample_weight", 1.0))
+        out.append(value * weight if weight != 1.0 else value)
+    return out
 
 
 def _per_token(leaf: Node, turn_values: Sequence[float]) -> np.ndarray:

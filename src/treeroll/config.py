@@ -20,6 +20,7 @@ from treeroll.allocators import AllocatorConfig
 from treeroll.arpo import ARPO
 from treeroll.backends.local import ModelConfig
 from treeroll.checks import checked
+from treeroll.igrpo import IGRPO
 from treeroll.rollout import RolloutConfig
 from treeroll.rtpo import RTPO
 from treeroll.strategies import PATR, Chain, RandomTree, TreeGRPO
@@ -95,7 +96,7 @@ class StrategyConfig:
     """Which rollout strategy builds each task's tree, and every strategy's settings."""
 
     name: str = "chain"
-    """``chain``, ``tree_grpo``, ``patr``, ``random_tree``, ``arpo``, ``rtpo`` or
+    """``chain``, ``tree_grpo``, ``patr``, ``random_tree``, ``arpo``, ``rtpo``, ``igrpo`` or
     ``package.module:object``."""
     options: dict[str, str] = field(default_factory=dict)
     """A user's own strategy (``package.module:object``): its config block, ``KEY VALUE``
@@ -107,6 +108,7 @@ class StrategyConfig:
     random_tree: RandomTree = field(default_factory=RandomTree)
     arpo: ARPO = field(default_factory=ARPO)
     rtpo: RTPO = field(default_factory=RTPO)
+    igrpo: IGRPO = field(default_factory=IGRPO)
 
 
 @dataclass

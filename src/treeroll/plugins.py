@@ -94,7 +94,7 @@ def make_allocator(allocator_config: Any, rollout_config: Any) -> Allocator | No
 
 STRATEGIES: Registry[str] = Registry("strategy")
 """Strategy name -> the field of ``StrategyConfig`` that holds its (configured) instance."""
-for _name in ("chain", "tree_grpo", "patr", "random_tree", "arpo", "rtpo"):
+for _name in ("chain", "tree_grpo", "patr", "random_tree", "arpo", "rtpo", "igrpo"):
     STRATEGIES.register(_name, _name)
 
 

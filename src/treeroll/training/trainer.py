@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from treeroll.advantages import token_credit
+from treeroll.advantages import token_credit, weighted
 from treeroll.config import TrainConfig, check_config, config_to_dict
 from treeroll.plugins import (
     make_allocator,
@@ -259,7 +259,7 @@ def _train_items(trees: list[RolloutTree], estimator: Any, drop_zero_variance: b
             continue
         if drop_zero_variance and len({t.reward for t in trajectories}) == 1:
             continue
-        advantages = token_credit(tree, estimator(tree))
+        advantages = weighted(tree, token_credit(tree, estimator(tree)))
         items.extend(TrainItem(t, a) for t, a in zip(trajectories, advantages, strict=True))
     return items
 
