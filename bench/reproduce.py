@@ -69,6 +69,9 @@ FIGURES = (
            16),
     Figure("compare_strategies", ("bench/compare_strategies.py", "--fresh", "--copy-to",
                                   "docs/compare_frozenlake"), False, 65),
+    Figure("compare_family", ("bench/compare_strategies.py", "--config",
+                              "configs/compare_family.yaml", "--fresh", "--copy-to",
+                              "docs/compare_family"), False, 30),
 )
 
 
