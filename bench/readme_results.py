@@ -148,9 +148,14 @@ if not met:
   where a tree branches before the fatal step does a group contrast the step itself.
 - Larger steps were worse, not better, in the runs made while choosing this one (their logs
   are in `docs/sft_recipe/`, from earlier code).
-- Next to try (issues #11/#12 build what they need): per-turn credit (TreeRL / GiGPO step
-  groups through the per-token estimator contract), PATR's scored branching as the default,
-  an explanation line that also names the neighbouring cells, a larger base.
+- Per-turn credit did not speed it up: TreeRL's node values ended the default training at
+  0.590, and GiGPO's step groups ended the 90-step quick run at 0.578, 0.602 with a KL term
+  (grpo: 0.609); without the KL the GiGPO policy drifted into replies that repeat the action
+  block up to the token cap. Four optimiser steps per batch (2 epochs x 2 minibatches, a KL
+  of 0.05, twice the step) ended the quick run at 0.594 (`docs/sft_recipe/README.md`: logs of
+  these exploration runs, on earlier commits).
+- Next to try: PATR's scored branching as the default, an explanation line that also names
+  the neighbouring cells, a larger base.
 """)
 w(f"""`python bench/learning.py --quick` (the same training cut to {lq['steps']} steps and 128 held-out tasks):
 
@@ -214,6 +219,29 @@ while few branches were pruned, so pruned negatives are not the obvious cause. I
 separated intervals: **{'met' if sep else 'not met'}** ({cs['patr_minus_chain'] * 100:+.1f} points); PATR reaches chain's final success with at
 most half of chain's tokens: **{'met' if ratio is not None and ratio <= 0.5 else 'not met'}** ({'never reached' if ratio is None else f'{ratio:.2f} of chain' + "'s"}).
 """)
+
+# ---------------------------------------------------------------- family
+if "compare_family" in R:
+    cf = res("compare_family")
+    fam = [k for k in ("chain", "tree_grpo", "patr", "arpo", "rtpo", "igrpo") if k in cf]
+    freport = json.loads((ROOT / "docs/compare_family/results.json").read_text())
+    w("### The rest of the family under one budget (`treeroll compare`, rLLM convention)\n")
+    w(f"""`python bench/compare_strategies.py --config configs/compare_family.yaml` runs ARPO, RTPO and
+IGRPO (issue #12; `docs/methods.md` has each one's definition) beside chain, Tree-GRPO and
+PATR: from `frozenlake-tiny`, {cf['steps']} updates of {cf['tasks_per_step']} tasks, {cf['token_budget']} generated tokens per task per step for
+every strategy (a cap), {cf['seeds']} seeds, held-out success on {cf['eval_tasks']} tasks, greedy, 95% t-intervals over
+seeds. It is shorter than the comparison above, so it shows what each strategy spends and
+samples more than what it learns. VIGOR is an allocator and is not in it. The report is in
+`docs/compare_family/`.
+
+{quote('compare_family', ['seeds', 'steps', 'token_budget', *fam])}
+
+| strategy | final held-out success | 95% interval | start | generated tokens | leaves per 1k tokens | groups with a signal | wall per run (s) |
+|---|---|---|---|---|---|---|---|""")
+    for n in fam:
+        r, row = cf[n], freport[n]
+        w(f"| {n} | {r['final']:.3f} | {ci(r['ci95'])} | {r['start']:.3f} | {r['generated_tokens']:,} | {row['leaves_per_1k_tokens']:.1f} | {row['signal_groups']:.2f} | {row['wall_seconds']:.0f} |")
+    w("")
 
 # ---------------------------------------------------------------- benchmarks
 rc, pf, tc, pc, sf = (res(n) for n in ("rollout_cost_quick", "packed_full_step", "train_cost_quick", "patr_cost_quick", "swe_fork_quick"))
