@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-__all__ = ["ServerError", "get_json", "map_concurrently", "post_json"]
+__all__ = ["ServerError", "get_json", "map_concurrently", "post_json", "post_text"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -24,10 +24,10 @@ class ServerError(RuntimeError):
     """A server answered with an error, an unreadable body, or not at all."""
 
 
-def _call(request: urllib.request.Request, timeout: float) -> Any:
+def _send(request: urllib.request.Request, timeout: float) -> bytes:
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            body = response.read()
+            return bytes(response.read())
     except urllib.error.HTTPError as e:
         detail = e.read().decode(errors="replace")[:2000]
         raise ServerError(f"{request.get_method()} {request.full_url}: HTTP {e.code}: "
@@ -35,6 +35,10 @@ def _call(request: urllib.request.Request, timeout: float) -> Any:
     except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
         raise ServerError(f"{request.get_method()} {request.full_url}: no answer "
                           f"({getattr(e, 'reason', e)})") from None
+
+
+def _call(request: urllib.request.Request, timeout: float) -> Any:
+    body = _send(request, timeout)
     try:
         return json.loads(body) if body else {}
     except json.JSONDecodeError:
@@ -49,6 +53,14 @@ def post_json(url: str, payload: dict[str, Any], *, timeout: float = 600.0,
     request = urllib.request.Request(url, data=data, method="POST", headers={
         "Content-Type": "application/json", **(headers or {})})
     return _call(request, timeout)
+
+
+def post_text(url: str, payload: dict[str, Any], *, timeout: float = 600.0) -> str:
+    """POST ``payload`` as JSON; the answer as text (for endpoints that answer in prose),
+    or :class:`ServerError` on an HTTP error."""
+    request = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    return _send(request, timeout).decode(errors="replace")
 
 
 def get_json(url: str, *, timeout: float = 30.0) -> Any:

@@ -1,0 +1,150 @@
+"""Generation through an SGLang server's native ``/generate``: token ids in, ids and logprobs
+out.
+
+SGLang runs on GPUs only here; this module's requests and its reading of the answers are
+tested on CPU against a fake server with SGLang's shapes (``tests/test_engine_backends.py``),
+and ``bench/gpu_engines.sh`` runs it on a real GPU. Facts it relies on:
+
+- ``/generate`` takes a batch: ``input_ids`` (a list of id lists) with one
+  ``sampling_params`` per prompt (``max_new_tokens``, ``temperature``, ``top_p``,
+  ``stop_token_ids``, ``sampling_seed``), ``return_logprob`` and ``top_logprobs_num``, and
+  answers one object per prompt with ``output_ids`` and ``meta_info``;
+- ``meta_info.cached_tokens`` counts prompt tokens served from the radix cache,
+  ``meta_info.output_token_logprobs`` holds ``(logprob, id, text)`` per sampled token, and
+  ``meta_info.finish_reason.type`` is ``stop`` or ``length``;
+- SGLang's logprobs are after temperature unless the server runs with
+  ``SGLANG_RETURN_ORIGINAL_LOGPROB=1`` (do not set it for RL);
+- weights: ``/update_weights_from_disk`` with a folder in transformers format, then
+  ``/flush_cache``, which empties the radix cache.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from treeroll.backends.http import ServerError, post_json, post_text
+from treeroll.base import Completion, GenerationRequest, SamplingParams
+
+__all__ = ["SGLangBackend"]
+
+
+def _pairs(entries: Sequence[Any]) -> list[tuple[int, float]]:
+    """``(id, logprob)`` from SGLang's ``(logprob, id, text)`` tuples or dict entries."""
+    out = []
+    for e in entries:
+        if isinstance(e, dict):
+            out.append((int(e["token_id"]), float(e["logprob"])))
+        else:
+            out.append((int(e[1]), float(e[0])))
+    return out
+
+
+class SGLangBackend:
+    """A :class:`~treeroll.base.UpdatableBackend` over an SGLang server at ``url``.
+
+    ``model``: the policy object whose weights the server should follow; ``load_weights``
+    writes it with ``save_pretrained`` under ``weights_dir`` (a temporary folder by default)
+    and asks the server to load that folder. Without it, the server's weights are the
+    caller's business and only ``reset_cache`` applies.
+    """
+
+    def __init__(self, url: str, *, model: Any = None, weights_dir: str | Path | None = None,
+                 timeout: float = 600.0) -> None:
+        self.url = url.rstrip("/")
+        self.model = model
+        self.weights_dir = Path(weights_dir) if weights_dir else None
+        self.timeout = timeout
+        self.weight_version = 0
+        self.stats = {"prefill": 0, "cached": 0, "generated": 0, "requests": 0}
+
+    def payload(self, requests: Sequence[GenerationRequest],
+                params: SamplingParams) -> dict[str, Any]:
+        """The ``/generate`` body for a batch of requests."""
+        sampling = []
+        for r in requests:
+            cap = params.max_new_tokens if r.max_new_tokens is None else \
+                min(params.max_new_tokens, r.max_new_tokens)
+            one: dict[str, Any] = {"max_new_tokens": cap, "temperature": params.temperature,
+                                   "top_p": params.top_p, "top_k": -1, "min_p": 0.0,
+                                   "stop_token_ids": list(params.stop_token_ids),
+                                   "skip_special_tokens": False, "no_stop_trim": True}
+            if r.seed is not None:
+                one["sampling_seed"] = r.seed % 2**63
+            sampling.append(one)
+        return {"input_ids": [list(r.prompt_ids) for r in requests],
+                "sampling_params": sampling, "return_logprob": True,
+                "top_logprobs_num": params.top_logprobs, "logprob_start_len": -1,
+                "stream": False}
+
+    def completion(self, answer: dict[str, Any], request: GenerationRequest,
+                   params: SamplingParams) -> Completion:
+        """A :class:`~treeroll.base.Completion` from one answer of the batch."""
+        tokens = [int(t) for t in answer.get("output_ids") or ()]
+        meta = answer.get("meta_info") or {}
+        sampled = _pairs(meta.get("output_token_logprobs") or ())
+        if [i for i, _ in sampled] != tokens:
+            raise ServerError(f"{self.url}/generate: output_token_logprobs do not match "
+                              f"output_ids ({len(sampled)} entries for {len(tokens)} ids)")
+        finish = (meta.get("finish_reason") or {}).get("type")
+        if finish not in ("stop", "length"):
+            raise ServerError(f"{self.url}/generate finished a request with {finish!r}")
+        cached = min(int(meta.get("cached_tokens", 0)), len(request.prompt_ids))
+        prefill = len(request.prompt_ids) - cached
+        self.stats["prefill"] += prefill
+        self.stats["cached"] += cached
+        self.stats["generated"] += len(tokens)
+        self.stats["requests"] += 1
+        tops = [_pairs(step) for step in meta.get("output_top_logprobs") or ()] \
+            if params.top_logprobs else None
+        return Completion(token_ids=tokens,
+                          logprobs=[0.0 if params.temperature == 0 else lp
+                                    for _, lp in sampled],
+                          finish_reason=finish, prefill_tokens=prefill, cached_tokens=cached,
+                          top_logprobs=tops)
+
+    def generate(self, requests: Sequence[GenerationRequest],
+                 params: SamplingParams) -> list[Completion]:
+        """Sample one continuation per request in one ``/generate`` call; request order."""
+        if params.entropy_window:
+            raise ValueError("the SGLang backend reports no entropy (ARPO's entropy_window); "
+                             "use the hf backend for ARPO")
+        if not requests:
+            return []
+        answer = post_json(self.url + "/generate", self.payload(requests, params),
+                           timeout=self.timeout)
+        answers = answer if isinstance(answer, list) else [answer]
+        if len(answers) != len(requests):
+            raise ServerError(f"{self.url}/generate answered {len(answers)} completions for "
+                              f"{len(requests)} prompts")
+        return [self.completion(a, r, params) for a, r in zip(answers, requests, strict=True)]
+
+    def reset_cache(self) -> None:
+        """Empty the server's radix cache (``/flush_cache``, which answers in prose and with
+        an HTTP error when requests are still running: that error is raised)."""
+        post_text(self.url + "/flush_cache", {}, timeout=self.timeout)
+
+    def load_weights(self, state_dict: dict[str, Any]) -> None:
+        """Write ``model`` with these weights to a new folder, have the server load it
+        (``/update_weights_from_disk``) and flush its cache."""
+        if self.model is None:
+            raise ValueError("SGLangBackend.load_weights needs the model (pass model=...) "
+                             "to write the weights in transformers format")
+        own = self.model.state_dict()
+        if not all(k in own and v.data_ptr() == own[k].data_ptr()
+                   for k, v in state_dict.items()):
+            self.model.load_state_dict(state_dict)
+        self.weight_version += 1
+        root = self.weights_dir or Path(tempfile.mkdtemp(prefix="treeroll-sglang-"))
+        self.weights_dir = root
+        folder = root / f"v{self.weight_version}"
+        self.model.save_pretrained(folder)
+        self._post("/update_weights_from_disk", {"model_path": str(folder)})
+        self.reset_cache()
+
+    def _post(self, path: str, body: dict[str, Any]) -> None:
+        answer = post_json(self.url + path, body, timeout=self.timeout)
+        if isinstance(answer, dict) and answer.get("success") is False:
+            raise ServerError(f"{self.url}{path} failed: {answer.get('message', answer)}")

@@ -1,0 +1,137 @@
+"""Generation with vLLM in process (``vllm.LLM``): token ids in, token ids and logprobs out.
+
+vLLM runs on GPUs only here; everything this module does at vLLM's API boundary (prompts,
+sampling parameters, reading outputs, weight updates) is tested on CPU against a fake with
+vLLM's shapes (``tests/test_engine_backends.py``), and ``bench/gpu_engines.sh`` runs it on a
+real GPU. Facts it relies on (vLLM 0.9 and later):
+
+- a prompt is a ``TokensPrompt``, a mapping with ``prompt_token_ids`` and ``cache_salt``:
+  requests with different salts never share prefix-cache blocks. treeroll salts every request
+  with the weight version, so a block computed under old weights cannot be hit after an update
+  even if a reset were missed;
+- ``LLM(..., enable_prefix_caching=True, logprobs_mode="processed_logprobs")``: without that
+  mode vLLM returns logprobs of the raw logits, before temperature and top-p (the mismatch TRL
+  hit, trl#4159); :func:`make_llm` sets it;
+- ``RequestOutput.num_cached_tokens``: prompt tokens served from the prefix cache (vLLM
+  always computes at least a prompt's last token, so ``cached < len(prompt)``);
+- ``SamplingParams(seed=...)`` seeds one request's sampler; ``logprobs=k`` returns the
+  sampled token's logprob and the ``k`` most probable;
+- weights go in through ``LLM.apply_model`` (each worker's model gets
+  ``load_weights(iterable of (name, tensor))``, the transformers names), then
+  ``reset_prefix_cache()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from treeroll.base import Completion, GenerationRequest, SamplingParams
+
+__all__ = ["VLLMBackend", "make_llm"]
+
+
+def make_llm(model: str, **options: Any) -> Any:
+    """A ``vllm.LLM`` for ``model`` (a local folder) set up as treeroll needs it: prefix
+    caching on and logprobs of the distribution sampled from."""
+    from vllm import LLM
+
+    options.setdefault("enable_prefix_caching", True)
+    options.setdefault("logprobs_mode", "processed_logprobs")
+    return LLM(model=model, **options)
+
+
+def _vllm_sampling_params() -> Callable[..., Any]:
+    from vllm import SamplingParams as VSamplingParams
+
+    return VSamplingParams
+
+
+class VLLMBackend:
+    """A :class:`~treeroll.base.UpdatableBackend` over an in-process ``vllm.LLM``.
+
+    ``sampling_params`` builds vLLM's ``SamplingParams`` (injected by tests; vLLM's own by
+    default). All requests of a call go to ``LLM.generate`` at once: vLLM schedules them
+    together and serves shared prefixes from its block cache.
+    """
+
+    def __init__(self, llm: Any, *, sampling_params: Callable[..., Any] | None = None,
+                 salt_prefix: str = "treeroll") -> None:
+        self.llm = llm
+        self._sampling_params = sampling_params
+        self.salt_prefix = salt_prefix
+        self.weight_version = 0
+        self.stats = {"prefill": 0, "cached": 0, "generated": 0, "requests": 0}
+
+    @property
+    def cache_salt(self) -> str:
+        """The salt every request carries now: one per weight version."""
+        return f"{self.salt_prefix}-w{self.weight_version}"
+
+    def request(self, request: GenerationRequest, params: SamplingParams
+                ) -> tuple[dict[str, Any], Any]:
+        """vLLM's prompt and sampling parameters for one request."""
+        make = self._sampling_params or _vllm_sampling_params()
+        cap = params.max_new_tokens if request.max_new_tokens is None else \
+            min(params.max_new_tokens, request.max_new_tokens)
+        prompt = {"prompt_token_ids": list(request.prompt_ids), "cache_salt": self.cache_salt}
+        sampling = make(n=1, temperature=params.temperature, top_p=params.top_p,
+                        max_tokens=cap, seed=None if request.seed is None else
+                        request.seed % 2**63, logprobs=params.top_logprobs,
+                        stop_token_ids=list(params.stop_token_ids), detokenize=False)
+        return prompt, sampling
+
+    def completion(self, output: Any, request: GenerationRequest,
+                   params: SamplingParams) -> Completion:
+        """A :class:`~treeroll.base.Completion` from one ``RequestOutput``."""
+        choice = output.outputs[0]
+        tokens = [int(t) for t in choice.token_ids]
+        steps = choice.logprobs or []
+        if len(steps) != len(tokens):
+            raise RuntimeError(f"vLLM returned {len(tokens)} tokens but {len(steps)} logprob "
+                               "entries; is logprobs set?")
+        logprobs, tops = [], []
+        for token, step in zip(tokens, steps, strict=True):
+            if token not in step:
+                raise RuntimeError(f"vLLM's logprobs lack the sampled token {token}")
+            logprobs.append(0.0 if params.temperature == 0 else float(step[token].logprob))
+            ranked = sorted(step.items(), key=lambda kv: -float(kv[1].logprob))
+            tops.append([(int(i), float(lp.logprob)) for i, lp in ranked])
+        if choice.finish_reason not in ("stop", "length"):
+            raise RuntimeError(f"vLLM finished a request with {choice.finish_reason!r}")
+        cached = min(int(output.num_cached_tokens or 0), len(request.prompt_ids))
+        prefill = len(request.prompt_ids) - cached
+        self.stats["prefill"] += prefill
+        self.stats["cached"] += cached
+        self.stats["generated"] += len(tokens)
+        self.stats["requests"] += 1
+        return Completion(token_ids=tokens, logprobs=logprobs,
+                          finish_reason=str(choice.finish_reason), prefill_tokens=prefill,
+                          cached_tokens=cached,
+                          top_logprobs=[t[:params.top_logprobs] for t in tops]
+                          if params.top_logprobs else None)
+
+    def generate(self, requests: Sequence[GenerationRequest],
+                 params: SamplingParams) -> list[Completion]:
+        """Sample one continuation per request (one ``LLM.generate`` call); request order."""
+        if params.entropy_window:
+            raise ValueError("the vLLM backend reports no entropy (ARPO's entropy_window); "
+                             "use the hf backend for ARPO")
+        built = [self.request(r, params) for r in requests]
+        outputs = self.llm.generate([p for p, _ in built], [s for _, s in built],
+                                    use_tqdm=False)
+        return [self.completion(o, r, params) for o, r in zip(outputs, requests, strict=True)]
+
+    def reset_cache(self) -> None:
+        """Forget the prefix cache: a new salt, then ``reset_prefix_cache()`` (an error if
+        vLLM refuses, which it does while requests are running)."""
+        self.weight_version += 1
+        if self.llm.reset_prefix_cache() is False:
+            raise RuntimeError("vLLM refused reset_prefix_cache() (requests still running)")
+
+    def load_weights(self, state_dict: dict[str, Any]) -> None:
+        """Load these weights (transformers names) into every worker's model, then forget
+        the cache (a new salt and a reset)."""
+        items = list(state_dict.items())
+        self.llm.apply_model(lambda model: model.load_weights(items))
+        self.reset_cache()
