@@ -31,6 +31,7 @@ import numpy as np
 
 from treeroll.compare import CompareConfig, run_compare
 from treeroll.config import load_config
+from treeroll.training.runfolder import move_aside
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,11 +56,8 @@ def main() -> None:
     args = parser.parse_args()
     config = load_config(args.config, CompareConfig)
     report = Path(config.report_dir)
-    if args.fresh and report.exists():
-        number = 1
-        while report.with_name(f"{report.name}.old{number}").exists():
-            number += 1
-        report.rename(report.with_name(f"{report.name}.old{number}"))
+    if args.fresh:
+        move_aside(report)
     run_compare(config)
     if args.copy_to:
         target = Path(args.copy_to)

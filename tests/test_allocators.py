@@ -72,7 +72,7 @@ def test_vigor_rollout_spends_exactly_the_uniform_leaves(byte_format) -> None:
 
 
 def test_vigor_without_a_leaf_budget_is_refused_with_the_setting_named() -> None:
-    with pytest.raises(ValueError, match=r"rollout\.max_leaves"):
+    with pytest.raises(ValueError, match=r"--rollout\.max-leaves"):
         make_allocator(AllocatorConfig(name="vigor"), RolloutConfig())
     with pytest.raises(ValueError, match="m0 = 9"):
         make_allocator(AllocatorConfig(name="vigor", vigor=VigorConfig(m0=9)),

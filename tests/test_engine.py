@@ -170,6 +170,29 @@ def test_unsynchronised_rollout_does_not_depend_on_env_workers_or_repeats(byte_f
     assert results[1] == results[3] == results[5]
 
 
+
+def test_an_unsynchronised_tree_does_not_depend_on_the_other_trees_of_its_batch() -> None:
+    """Strategy seeds come from (seed, tree id): a task rolled out alone, with its tree id,
+    grows the tree it grows in a batch (what spreading a batch over workers needs). The
+    random tree's branch choices come from that seed, so a batch-dependent seed would show."""
+    import torch
+
+    from treeroll.backends.local import ModelConfig, build_model
+
+    model = build_model(ByteTokenizer.vocab_size, ModelConfig(hidden_size=32, num_layers=1,
+                        num_heads=2, intermediate_size=64, seed=0), pad_token_id=0,
+                        eos_token_id=ByteTokenizer.eos_token_id).eval()
+    torch.manual_seed(0)
+    make_env = lambda: make_frozenlake("rllm", size_min=3, size_max=4)
+    config = RolloutConfig(synchronous=False, max_turn_tokens=6, max_leaves=6)
+    turns = TurnFormat(ByteTokenizer())
+    strategy = RandomTree(b0=2, k_turns=1, top_k=1, m=2)
+    batch = rollout([11, 12, 13], make_env, HFBackend(model), turns, strategy, config=config,
+                    seed=3, first_group_id=7)
+    alone = rollout([12], make_env, HFBackend(model), turns, strategy, config=config, seed=3,
+                    first_group_id=8)
+    assert tree_to_dict(alone.trees[0]) == tree_to_dict(batch.trees[1])
+
 class _OneMoreTo:
     """Grants tree ``index`` ``extra`` more leaves once, when every tree is idle."""
 

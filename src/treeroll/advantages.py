@@ -46,7 +46,15 @@ from typing import Any
 
 import numpy as np
 
-from treeroll.tree import Node, RolloutTree, leaf_rewards, leaves, path_to, subtree_index
+from treeroll.tree import (
+    Node,
+    RolloutTree,
+    leaf_rewards,
+    leaves,
+    leaves_below,
+    path_to,
+    subtree_index,
+)
 
 __all__ = ["dr_grpo", "gigpo", "grpo", "normalise", "planpo", "progress_conditioned", "rloo",
            "token_credit", "tree_advantage", "treepo", "treerl", "weighted"]
@@ -112,15 +120,12 @@ def treerl(tree: RolloutTree, *, leaf_normalise: bool = True) -> dict[int, float
     ``leaf_normalise``, treeroll's reading of the paper's leaf-level normalisation, which keeps
     a turn shared by many leaves from weighing many times over. Nodes with no leaf of the group
     below them (dropped branches) get no value."""
-    total: dict[int, float] = {}
-    count: dict[int, int] = {}
-    for leaf, reward in zip(leaves(tree), leaf_rewards(tree), strict=True):
-        for node in path_to(leaf):
-            total[node.id] = total.get(node.id, 0.0) + reward
-            count[node.id] = count.get(node.id, 0) + 1
-    if not count:
+    rewards = np.array(leaf_rewards(tree), dtype=np.float64)
+    below = leaves_below(tree)
+    if not below:
         return {}
-    value = {i: total[i] / count[i] for i in count}
+    count = {i: len(members) for i, members in below.items()}
+    value = {i: float(rewards[members].mean()) for i, members in below.items()}
     root = value[tree.root.id]
     out: dict[int, float] = {}
     for node in tree.nodes:
@@ -183,10 +188,7 @@ def treepo(tree: RolloutTree, *, eps: float = 1e-6, std: str = "population") -> 
     left unscaled)."""
     group = leaves(tree)
     rewards = np.array(leaf_rewards(tree, group), dtype=np.float64)
-    below: dict[int, list[int]] = {}
-    for index, leaf in enumerate(group):
-        for node in path_to(leaf):
-            below.setdefault(node.id, []).append(index)
+    below = leaves_below(tree, group)
     out = np.zeros(len(group))
     for index, leaf in enumerate(group):
         terms = [rewards[index] - rewards[below[node.id]].mean()

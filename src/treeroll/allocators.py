@@ -139,7 +139,7 @@ def build_vigor(config: AllocatorConfig, rollout: Any) -> Allocator:
     :class:`treeroll.rollout.RolloutConfig`); it needs a leaf budget and says so."""
     group = config.vigor.group or rollout.max_leaves
     if group is None:
-        raise ValueError("allocator.name = vigor redistributes a per-task leaf budget: set "
-                         "rollout.max_leaves (or allocator.vigor.group) to the uniform "
+        raise ValueError("VIGOR redistributes a per-task leaf budget: set "
+                         "--rollout.max-leaves (or --allocator.vigor.group) to the uniform "
                          "leaves per task")
     return Vigor(config.vigor, group, rollout.max_generated_tokens)

@@ -100,11 +100,12 @@ class ARPO:
             extra = self.beam - 1
             if node.depth < 2 or ctx.state["partial_left"] < extra:
                 continue
-            if ctx.rng.random() < self.branch_probability(node):
+            p = self.branch_probability(node)
+            if ctx.rng.random() < p:
                 assert node.parent is not None
                 frontier.extend([node.parent] * extra)
                 ctx.state["partial_left"] -= extra
-                node.parent.note = f"ARPO branch: p = {self.branch_probability(node):.2f}"
+                node.parent.note = f"ARPO branch: p = {p:.2f}"
         if not frontier and not ctx.state["topped_up"]:
             ctx.state["topped_up"] = True
             missing = self.m - len(leaves(tree))

@@ -127,16 +127,61 @@ class HFBackendConfig:
 
 
 @dataclass
+class LlamaCppBackendConfig:
+    """A llama.cpp server (``treeroll.backends.llamacpp``)."""
+
+    url: str | None = None
+    """A running ``llama-server`` serving the policy's weights; None: treeroll writes the
+    policy as GGUF and starts one (restarted on every weight update)."""
+    slots: int = checked(8, ge=1)
+    """Requests decoded together (the server's ``-np``; also the requests in flight)."""
+    ctx_per_slot: int = checked(2048, ge=16)
+    """Tokens one sequence may hold (prompt + completion)."""
+    threads: int = checked(2, ge=1)
+    """CPU threads of a started server."""
+    cache_ram_mib: int = checked(1024, ge=0)
+    """Host-memory prompt cache of a started server, MiB (0: off)."""
+    share_prompts: bool = False
+    """Send requests continuing the same prompt as one ``n_cmpl`` call (the prompt is
+    computed once; the group's seeds then follow its first request's)."""
+
+
+@dataclass
+class VLLMBackendConfig:
+    """vLLM in process (``treeroll.backends.vllm``; needs a GPU and ``pip install vllm``)."""
+
+    gpu_memory_utilization: float = checked(0.5, gt=0, le=1)
+    """Share of the GPU's memory vLLM may take (the trainer needs the rest)."""
+    dtype: str = "auto"
+    max_model_len: int | None = checked(None, ge=16)
+    enforce_eager: bool = False
+    """Skip CUDA graphs (faster start, slower decoding)."""
+
+
+@dataclass
+class SGLangBackendConfig:
+    """An SGLang server (``treeroll.backends.sglang``; start it with
+    ``python -m sglang.launch_server --model-path <policy folder> --skip-tokenizer-init``)."""
+
+    url: str = "http://127.0.0.1:30000"
+    """The server's address."""
+
+
+@dataclass
 class BackendConfig:
     """What generates the rollouts."""
 
     name: str = "hf"
-    """``hf`` (transformers, in process) or ``package.module:builder`` (called with the
-    policy and ``options``; returns a GenerationBackend)."""
+    """``hf`` (transformers, in process), ``llamacpp``, ``vllm``, ``sglang`` or
+    ``package.module:builder`` (called with the policy and ``options``; returns a
+    GenerationBackend)."""
     options: dict[str, str] = field(default_factory=dict)
     """A user's own backend: its config block, ``KEY VALUE`` pairs on the command line or a
     mapping in YAML, each value read as YAML; given to the builder as keywords."""
     hf: HFBackendConfig = field(default_factory=HFBackendConfig)
+    llamacpp: LlamaCppBackendConfig = field(default_factory=LlamaCppBackendConfig)
+    vllm: VLLMBackendConfig = field(default_factory=VLLMBackendConfig)
+    sglang: SGLangBackendConfig = field(default_factory=SGLangBackendConfig)
 
 
 @dataclass
@@ -364,10 +409,13 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
         choice("advantage.name", config.advantage.name, ADVANTAGES.names())
     if "allocator" in sections:
         choice("allocator.name", config.allocator.name, ALLOCATORS.names())
-        if (config.allocator.name == "vigor" and config.allocator.vigor.group is None
-                and config.rollout.max_leaves is None):
-            found.append(("--allocator.name", "is 'vigor', which redistributes a per-task "
-                          "leaf budget: set --rollout.max-leaves (or --allocator.vigor.group)"))
+        if config.allocator.name in ALLOCATORS.names() and "rollout" in sections:
+            from treeroll.plugins import make_allocator
+
+            try:  # building one is cheap and runs the allocator's own checks
+                make_allocator(config.allocator, config.rollout)
+            except ValueError as e:
+                found.append(("--allocator.name", f"is {config.allocator.name!r}: {e}"))
     if "scorer" in sections:
         choice("scorer.name", config.scorer.name, SCORERS.names())
     if "backend" in sections:

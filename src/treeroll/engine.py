@@ -17,10 +17,11 @@ trees), so Tree-GRPO expands tree ``i`` as soon as tree ``i``'s chain has ended.
 waits for every environment step of the last one, each tree is one unit, and request seeds are
 drawn in call order; it gives the trees of the lockstep loop treeroll had before this engine,
 token for token (``tests/test_engine.py`` keeps that loop as its reference). Otherwise each
-request's seed is derived from ``(seed, tree, node, child number)``, so a tree does not depend
-on the order in which other trees' steps finish; with ``env_workers > 0`` and a token budget,
-how a tree's remaining tokens split between its units does (they are reserved as each unit is
-sent).
+request's seed is derived from ``(seed, tree, node, child number)`` and each tree's strategy
+seed from ``(seed, tree)``, so a tree does not depend on the order in which other trees' steps
+finish, nor on which other trees share its batch (or its worker); with ``env_workers > 0``
+and a token budget, how a tree's remaining tokens split between its units does (they are
+reserved as each unit is sent).
 
 Budget rule (stated because the papers do not): a tree never generates more than its token
 budget nor ends with more than its leaf budget (both from the :class:`~treeroll.base.Allocator`;
@@ -408,7 +409,12 @@ def run_engine(tasks: Sequence[int] | np.ndarray, make_env: Callable[[], Env],
                                prompt_text=prompt_text)
         tree.root.env = env
         tree.meta["strategy"] = getattr(strategy, "name", type(strategy).__name__)
-        ctx_seed = int(rng.integers(2**63))
+        # Unsynchronised, a tree's strategy seed comes from (seed, tree id) alone, so a tree
+        # grows the same whichever batch or worker it is in (treeroll.distributed relies on
+        # it); synchronous rounds draw it in task order, as the lockstep loop did.
+        ctx_seed = int(rng.integers(2**63)) if config.synchronous else \
+            int(np.random.SeedSequence([seed, first_group_id + i, 0x7EE]).generate_state(
+                2, np.uint64)[0] >> np.uint64(1))
         ctx = StrategyContext(rng=np.random.default_rng(ctx_seed), max_leaves=None,
                               tokens_left=None, scorer=scorer, seed=ctx_seed)
         runs.append(_TreeRun(tree=tree, ctx=ctx, contexts={0: tuple(prompt_ids)}))

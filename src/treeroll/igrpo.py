@@ -34,7 +34,15 @@ import numpy as np
 
 from treeroll.base import StrategyContext
 from treeroll.checks import checked
-from treeroll.tree import Node, NodeStatus, RolloutTree, leaves, path_to, trajectory_reward
+from treeroll.strategies import live_or_room
+from treeroll.tree import (
+    Node,
+    RolloutTree,
+    leaves,
+    leaves_below,
+    path_to,
+    trajectory_reward,
+)
 
 __all__ = ["IGRPO", "beta_gain"]
 
@@ -78,25 +86,22 @@ class IGRPO:
 
     def gains(self, tree: RolloutTree) -> dict[int, float]:
         """Information gain of every node that may still be expanded (node id -> gain)."""
-        success: dict[int, int] = {}
-        below: dict[int, int] = {}
-        for leaf in leaves(tree):
-            won = trajectory_reward(leaf) > 0
-            for node in path_to(leaf):
-                below[node.id] = below.get(node.id, 0) + 1
-                success[node.id] = success.get(node.id, 0) + int(won)
-        return {node.id: beta_gain(success[node.id], below[node.id] - success[node.id])
-                * below[node.id]
-                for node in tree.nodes if node.id in below and not node.ended}
+        group = leaves(tree)
+        won = [trajectory_reward(leaf) > 0 for leaf in group]
+        gains: dict[int, float] = {}
+        below = leaves_below(tree, group)
+        for node in tree.nodes:
+            if node.id in below and not node.ended:
+                n = len(below[node.id])
+                s = sum(won[i] for i in below[node.id])
+                gains[node.id] = beta_gain(s, n - s) * n
+        return gains
 
     def step(self, tree: RolloutTree, created: list[Node], ctx: StrategyContext) -> list[Node]:
         """Continue live branches; once all have ended, expand the highest-gain nodes."""
-        frontier = [n for n in created if not n.ended and n.status == NodeStatus.ACTIVE]
-        if frontier:
+        frontier, room = live_or_room(tree, created, self.m)
+        if frontier or room <= 0:
             return frontier
-        room = self.m - len(leaves(tree))
-        if room <= 0:
-            return []
         suppressed: set[int] = ctx.state["suppressed"]
         gains = self.gains(tree)
         for node_id, gain in gains.items():

@@ -228,6 +228,44 @@ def _hf_backend(config: Any, policy: Any) -> GenerationBackend:
 BACKENDS.register("hf", _hf_backend)
 
 
+def _llamacpp_backend(config: Any, policy: Any) -> GenerationBackend:
+    from treeroll.backends.llamacpp import LlamaCppBackend, ManagedLlamaCpp
+
+    c = config.llamacpp
+    if c.url is not None:
+        return LlamaCppBackend(c.url, concurrency=c.slots, share_prompts=c.share_prompts,
+                               eog_token_ids=(int(policy.tokenizer.eos_token_id),),
+                               vocab_size=len(policy.tokenizer))
+    return ManagedLlamaCpp(policy.model, policy.tokenizer, slots=c.slots,
+                           ctx_per_slot=c.ctx_per_slot, threads=c.threads,
+                           cache_ram_mib=c.cache_ram_mib, share_prompts=c.share_prompts)
+
+
+def _vllm_backend(config: Any, policy: Any) -> GenerationBackend:
+    import tempfile
+
+    from treeroll.backends.vllm import VLLMBackend, make_llm
+
+    folder = tempfile.mkdtemp(prefix="treeroll-vllm-")  # vLLM loads a folder
+    policy.model.save_pretrained(folder)
+    policy.tokenizer.save_pretrained(folder)
+    c = config.vllm
+    return VLLMBackend(make_llm(folder, gpu_memory_utilization=c.gpu_memory_utilization,
+                                dtype=c.dtype, max_model_len=c.max_model_len,
+                                enforce_eager=c.enforce_eager))
+
+
+def _sglang_backend(config: Any, policy: Any) -> GenerationBackend:
+    from treeroll.backends.sglang import SGLangBackend
+
+    return SGLangBackend(config.sglang.url, model=policy.model)
+
+
+BACKENDS.register("llamacpp", _llamacpp_backend)
+BACKENDS.register("vllm", _vllm_backend)
+BACKENDS.register("sglang", _sglang_backend)
+
+
 def make_backend(backend_config: Any, policy: Any) -> GenerationBackend:
     """The backend named by ``backend_config.name`` for ``policy``; a user's
     ``package.module:builder`` is called with the policy and its ``options`` block."""

@@ -23,7 +23,8 @@ from typing import ClassVar
 
 from treeroll.base import StrategyContext
 from treeroll.checks import checked
-from treeroll.tree import Node, NodeStatus, RolloutTree, leaves, path_to
+from treeroll.strategies import live_or_room
+from treeroll.tree import Node, RolloutTree, leaves, path_to
 
 __all__ = ["RTPO"]
 
@@ -49,12 +50,9 @@ class RTPO:
 
     def step(self, tree: RolloutTree, created: list[Node], ctx: StrategyContext) -> list[Node]:
         """Continue live branches; once all have ended, the next reverse round."""
-        frontier = [n for n in created if not n.ended and n.status == NodeStatus.ACTIVE]
-        if frontier:
+        frontier, room = live_or_room(tree, created, self.m)
+        if frontier or room <= 0:
             return frontier
-        room = self.m - len(leaves(tree))
-        if room <= 0:
-            return []
         ctx.state["round"] += 1
         picks = self._round_picks(tree, ctx.state["round"], ctx.state["first_wave"])[:room]
         for node in picks:

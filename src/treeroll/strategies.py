@@ -25,13 +25,20 @@ from typing import ClassVar
 import numpy as np
 
 from treeroll.base import Budget, StrategyContext
-from treeroll.tree import Node, NodeStatus, RolloutTree, path_to, subtree_index
+from treeroll.tree import Node, NodeStatus, RolloutTree, leaves, path_to, subtree_index
 
-__all__ = ["PATR", "Chain", "RandomTree", "TreeGRPO"]
+__all__ = ["PATR", "Chain", "RandomTree", "TreeGRPO", "live_or_room"]
 
 
 def _active(created: Sequence[Node]) -> list[Node]:
     return [n for n in created if not n.ended and n.status == NodeStatus.ACTIVE]
+
+
+def live_or_room(tree: RolloutTree, created: list[Node], m: int) -> tuple[list[Node], int]:
+    """A round-based strategy's first question each step: the branches still running (to
+    continue), and, once none is, how many leaves of the ``m`` are left to open."""
+    frontier = _active(created)
+    return frontier, (0 if frontier else m - len(leaves(tree)))
 
 
 @dataclass

@@ -33,6 +33,7 @@ __all__ = [
     "export_trajectories",
     "iter_nodes",
     "leaves",
+    "leaves_below",
     "load_tree",
     "path_to",
     "save_tree",
@@ -148,6 +149,16 @@ def leaves(tree: RolloutTree) -> list[Node]:
     """
     return [n for n in tree.nodes if n.is_leaf and n.parent is not None
             and n.status != NodeStatus.DROPPED]
+
+
+def leaves_below(tree: RolloutTree, group: Sequence[Node] | None = None) -> dict[int, list[int]]:
+    """Node id -> indices (into ``group``, default :func:`leaves`) of the group's leaves whose
+    path runs through that node; nodes no leaf of the group passes are absent."""
+    below: dict[int, list[int]] = {}
+    for index, leaf in enumerate(leaves(tree) if group is None else group):
+        for node in path_to(leaf):
+            below.setdefault(node.id, []).append(index)
+    return below
 
 
 def path_to(node: Node) -> list[Node]:

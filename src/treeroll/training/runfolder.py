@@ -17,9 +17,17 @@ import numpy as np
 import torch
 import yaml
 
-__all__ = ["RunFolder", "append_jsonl", "check_state_fits", "config_differences",
-           "deferred_interrupt",
-           "finished_steps", "load_checkpoint", "save_checkpoint"]
+__all__ = [
+    "RunFolder",
+    "append_jsonl",
+    "check_state_fits",
+    "config_differences",
+    "deferred_interrupt",
+    "finished_steps",
+    "load_checkpoint",
+    "move_aside",
+    "save_checkpoint",
+]
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
@@ -103,7 +111,7 @@ class RunFolder:
                              "to continue with these, or start a new run with --name")
         warnings.warn(f"--force: resuming {self.path} with changed settings ({shown})",
                       stacklevel=2)
-        _move_aside(self.path / "config.yaml")
+        move_aside(self.path / "config.yaml")
 
     def start(self, config: dict[str, Any]) -> None:
         """Create the folder and write the resolved ``config.yaml``. A new run in a folder
@@ -113,7 +121,7 @@ class RunFolder:
         self.path.mkdir(parents=True, exist_ok=True)
         if not self.resume:
             for name in ("metrics.jsonl", "summary.json"):
-                _move_aside(self.path / name)
+                move_aside(self.path / name)
         (self.path / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
     def keep_records_until(self, step: int) -> None:
@@ -176,8 +184,9 @@ def _lookup(config: dict[str, Any], dotted: str) -> Any:
     return value
 
 
-def _move_aside(path: Path) -> None:
-    """Rename ``path`` (if it exists) to the first free ``<name>.old<N>``."""
+def move_aside(path: Path) -> None:
+    """Rename ``path`` (a file or folder, if it exists) to the first free
+    ``<name>.old<N>``: nothing is deleted."""
     if not path.exists():
         return
     number = 1
