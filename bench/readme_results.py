@@ -22,6 +22,16 @@ def quote(name, keys):
     return f"<!-- result: {name} -->\n`{json.dumps(sub)}`\n\n(`{R[name]['command']}`, commit {R[name]['commit'][:10]}, {R[name]['seconds']:.0f} s)"
 
 
+def stale(name):
+    """Files the figure's run depended on that changed since its commit (empty: current)."""
+    import subprocess
+
+    r = R[name]
+    done = subprocess.run(["git", "diff", "--name-only", r["commit"], "--", *r["depends_on"]],
+                          cwd=ROOT, capture_output=True, text=True, check=True)
+    return done.stdout.split()
+
+
 def f3(x):
     return f"{x:.3f}"
 
@@ -230,7 +240,17 @@ most half of chain's tokens: **{'met' if ratio is not None and ratio <= 0.5 else
 """)
 
 # ---------------------------------------------------------------- family
-if "compare_family" in R:
+if "compare_family" in R and stale("compare_family"):
+    changed = stale("compare_family")
+    w("### The rest of the family under one budget (`treeroll compare`, rLLM convention)\n")
+    w(f"""`python bench/compare_strategies.py --config configs/compare_family.yaml` runs ARPO, RTPO and
+IGRPO (issue #12; `docs/methods.md` has each one's definition) beside chain, Tree-GRPO and
+PATR under one token budget. **Not rerun on the current code**: its last run (commit
+{R['compare_family']['commit'][:10]}) predates changes to {', '.join(f'`{c}`' for c in changed[:4])}{' and others' if len(changed) > 4 else ''}, so
+its figures are not quoted here; `python bench/reproduce.py --only compare_family` (about 20
+minutes here) remakes them, and this section quotes them again once it has run.
+""")
+elif "compare_family" in R:
     cf = res("compare_family")
     fam = [k for k in ("chain", "tree_grpo", "patr", "arpo", "rtpo", "igrpo") if k in cf]
     freport = json.loads((ROOT / "docs/compare_family/results.json").read_text())
@@ -359,6 +379,31 @@ the paper's alpha = 0.5 barely acts on progress scores in [0, 1].)
 
 Forking a task's working tree (overlay copy-on-write of the files, counters, history) costs
 {sf['fork_over_step']:.3f} of a median command step (target < 0.2: **{'met' if sf['fork_over_step'] < 0.2 else 'not met'}**).
+""")
+
+sb, rs = res("server_backend_quick"), res("ray_scaling_quick")
+lb, lc, hb = sb["backends"]["llamacpp"], sb["backends"]["llamacpp_n_cmpl"], sb["backends"]["hf"]
+w(f"""#### Through a llama.cpp server (`bench/server_backend.py --quick`, rLLM convention, the shipped base)
+
+The rollout-cost measurement above, on the transformers backend and on a real `llama-server`
+serving the same policy as GGUF ({sb['llamacpp_server']['slots']} slots, f32 KV cache, {sb['llamacpp_server']['threads']} threads), in one run; every run
+starts from an empty cache:
+
+{quote('server_backend_quick', ['computed_over_unique', 'tree_over_chain_wall_per_leaf', 'llamacpp_server', 'tasks', 'repeats', 'policy'])}
+
+Through the server, a tree computes {lb['computed_over_unique']:.2f}× its unique tokens (the HF trie: {hb['computed_over_unique']:.2f}×): each sibling
+request lands in its own slot and computes the shared prompt there. Sending a branch point's
+children as one `n_cmpl` call (`share_prompts`) brings it to {lc['computed_over_unique']:.2f}× and the tree's wall per leaf
+from {lb['tree_wall_per_leaf_ms']:.1f} to {lc['tree_wall_per_leaf_ms']:.1f} ms. Tree over chain wall per leaf: {lb['tree_over_chain_wall_per_leaf']:.3f} per request, {lc['tree_over_chain_wall_per_leaf']:.3f} with
+`n_cmpl` (the chains' first turns share the root prompt through `n_cmpl` too), {hb['tree_over_chain_wall_per_leaf']:.3f} on the HF
+backend.
+
+#### Ray (`bench/ray_scaling.py --quick`, rLLM convention, the shipped base)
+
+{quote('ray_scaling_quick', ['rollouts_per_second', 'local_rollouts_per_second', 'speedup_2_over_1', 'identical_to_local', 'tasks_per_batch', 'repeats', 'strategy'])}
+
+Two Ray workers (one CPU and one torch thread each) make {rs['speedup_2_over_1']:.2f}× the rollouts per second of one on this
+2-core machine, and every tree is the one-process tree (`identical_to_local`: {str(rs['identical_to_local']).lower()}).
 """)
 
 text = (ROOT / "README.md").read_text()

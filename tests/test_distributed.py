@@ -4,6 +4,7 @@ Ray cluster (2 CPUs) is shared by the tests of this module."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -93,3 +94,36 @@ def test_ray_workers_give_the_single_process_trees(cluster, policy) -> None:
         assert not same_trees(after.trees, _local(policy, TASKS, seed=7))
     finally:
         pool.shutdown()
+
+
+def test_the_ray_rollout_command_saves_the_one_process_trees(cluster, policy, tmp_path) -> None:
+    from treeroll.cli_ray import main
+    from treeroll.config import TrainConfig
+    from treeroll.training.evaluation import task_pools
+    from treeroll.tree import load_tree
+
+    out = tmp_path / "trees"
+    code = main(["--workers", "2", "--tasks", "3", "--out", str(out),
+                 "--train.rollout.max-turn-tokens", "12", "--train.strategy.name", "tree_grpo"])
+    assert code == 0
+    from treeroll.backends.hf import HFBackend
+    from treeroll.plugins import make_strategy
+
+    config = TrainConfig()
+    config.strategy.name = "tree_grpo"
+    settings = dataclasses.replace(config.rollout, max_turn_tokens=12, synchronous=False)
+    tasks = task_pools(config.env, config.eval)[0][:3]
+    saved = [load_tree(out / f"tree-{t}.json") for t in tasks]
+    local = rollout(tasks, make_env, HFBackend(policy.model, pad_token_id=0),
+                    policy.turn_format(), make_strategy(config.strategy), config=settings,
+                    seed=config.seed)
+    assert same_trees(saved, local.trees)
+
+
+def test_the_ray_rollout_command_refuses_bad_numbers_before_any_work(tmp_path, capsys) -> None:
+    from treeroll.cli_ray import main
+
+    out = tmp_path / "trees"
+    assert main(["--workers", "0", "--out", str(out)]) == 2
+    assert "--workers is 0, must be > 0" in " ".join(capsys.readouterr().err.split())
+    assert not out.exists()

@@ -176,3 +176,32 @@ def test_n_cmpl_computes_a_shared_prompt_once_and_seeds_its_members_in_turn(shar
         backend.share_prompts = True
     assert [c.token_ids for c in grouped] == [c.token_ids for c in alone]
     assert len({tuple(c.token_ids) for c in grouped}) > 1  # the members did differ
+
+
+def test_a_running_server_reached_by_url_forgets_its_slots_on_reset(gguf_module,
+                                                                    tmp_path) -> None:
+    """``LlamaCppBackend.reset_cache`` on a server treeroll did not start erases every slot;
+    started as a server whose weights change should be (``--slot-save-path``, which the erase
+    action needs, and ``--cache-ram 0``) nothing cached is served afterwards; a server without
+    ``--slot-save-path`` is a clear error naming the flag."""
+    from treeroll.backends.llamacpp import LlamaCppBackend
+    from treeroll.policies import load_policy
+
+    policy = load_policy("frozenlake-tiny")
+    path = export_gguf(policy.model, policy.tokenizer, source_dir().parent / "test-remote.gguf",
+                       gguf_source=source_dir())
+    with (LlamaServer(path, slots=1, ctx_per_slot=512, cache_ram_mib=0) as plain,
+          pytest.raises(ServerError, match="--slot-save-path")):
+        LlamaCppBackend(plain.url).reset_cache()
+    with LlamaServer(path, slots=2, ctx_per_slot=512, cache_ram_mib=0,
+                     extra_args=("--slot-save-path", str(tmp_path))) as server:
+        backend = LlamaCppBackend(server.url, concurrency=2, eog_token_ids=(2,))
+        prompt = tuple(range(10, 60))
+        params = SamplingParams(max_new_tokens=4, stop_token_ids=(2,))
+        backend.generate([GenerationRequest(prompt, seed=1)], params)
+        again = backend.generate([GenerationRequest(prompt, seed=1)], params)[0]
+        assert again.cached_tokens == len(prompt) - 1
+        backend.reset_cache()
+        after = backend.generate([GenerationRequest(prompt, seed=1)], params)[0]
+        assert (after.prefill_tokens, after.cached_tokens) == (len(prompt), 0)
+    path.unlink()

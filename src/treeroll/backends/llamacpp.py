@@ -196,14 +196,23 @@ class LlamaCppBackend:
         return [c for c in done if c is not None]
 
     def reset_cache(self) -> None:
-        """Erase every slot's KV (``POST /slots/<i>?action=erase``). A server started with a
-        host-memory prompt cache (``--cache-ram``) may still hold older prompts there: use
-        ``--cache-ram 0`` for a server whose weights change, or :class:`ManagedLlamaCpp`,
-        which restarts its server."""
+        """Erase every slot's KV (``POST /slots/<i>?action=erase``), which llama.cpp allows
+        only on a server started with ``--slot-save-path DIR``; a server started with a
+        host-memory prompt cache (``--cache-ram``, on by default) may still hold older
+        prompts there. So a server whose weights change runs with ``--slot-save-path DIR
+        --cache-ram 0``, or is a :class:`ManagedLlamaCpp`, which restarts its server."""
         from treeroll.backends.http import get_json
 
         for slot in get_json(self.url + "/slots", timeout=self.timeout):
-            post_json(f"{self.url}/slots/{slot['id']}?action=erase", {}, timeout=self.timeout)
+            try:
+                post_json(f"{self.url}/slots/{slot['id']}?action=erase", {},
+                          timeout=self.timeout)
+            except ServerError as e:
+                if "HTTP 501" not in str(e):
+                    raise
+                raise ServerError(f"{self.url} cannot erase its slots (its cache would outlive "
+                                  "a weight update): start llama-server with --slot-save-path "
+                                  "DIR and --cache-ram 0") from None
 
 
 class ManagedLlamaCpp(LlamaCppBackend):
