@@ -7,7 +7,8 @@ with pip, builds only ``llama-server`` with CMake (CPU, no web UI, no network fe
 keeps the result in ``$TREEROLL_CACHE`` (default ``~/.cache/treeroll``)
 ``/llama.cpp-<version>``; a second call, from any clone, reuses it. ``$TREEROLL_LLAMA_SERVER``
 names a ``llama-server`` binary to use instead (a GPU build, a distribution's package).
-A cold build takes about 10 minutes on 2 cores; it is done once per machine, under a lock, so
+A cold build takes about 5 minutes on 2 cores (the download half a minute, CMake
+the rest); it is done once per machine, under a lock, so
 parallel test runs wait for one build rather than racing.
 """
 
