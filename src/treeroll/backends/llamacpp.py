@@ -35,7 +35,7 @@ from typing import Any
 
 from treeroll.backends.gguf import export_gguf
 from treeroll.backends.http import ServerError, map_concurrently, post_json
-from treeroll.backends.llamacpp_server import LlamaServer, source_dir
+from treeroll.backends.llamacpp_server import LlamaServer, server_binary, source_dir
 from treeroll.base import Completion, GenerationRequest, SamplingParams
 
 __all__ = ["LlamaCppBackend", "ManagedLlamaCpp", "managed", "remote"]
@@ -243,6 +243,7 @@ class ManagedLlamaCpp(LlamaCppBackend):
         atexit.register(self.close)
 
     def _start(self) -> None:
+        server_binary()  # on a cold cache this fetches the sources the GGUF writer comes from
         path = export_gguf(self.model, self.tokenizer,
                            self.workdir / f"policy-v{self.version}.gguf",
                            gguf_source=source_dir())
