@@ -61,7 +61,7 @@ def run_ray_rollout(command: RayRolloutCommand, console: Any) -> int:
     from treeroll.plugins import make_env_factory, make_strategy
     from treeroll.session import starting_policy
     from treeroll.training.evaluation import task_pools
-    from treeroll.tree import save_tree
+    from treeroll.tree import leaves, save_tree
 
     config = command.train
     rollout_config = dataclasses.replace(config.rollout, synchronous=command.synchronous)
@@ -85,8 +85,8 @@ def run_ray_rollout(command: RayRolloutCommand, console: Any) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for tree in batch.trees:
         save_tree(tree, out / f"tree-{tree.task_seed}.json")
-    leaves = sum(1 for t in batch.trees for n in t.nodes if n.is_leaf and n.parent is not None)
-    console.print(f"{len(batch.trees)} trees, {leaves} leaves on {command.workers} workers in "
+    n_leaves = sum(len(leaves(t)) for t in batch.trees)
+    console.print(f"{len(batch.trees)} trees, {n_leaves} leaves on {command.workers} workers in "
                   f"{batch.timing['total']:.1f} s; saved to {out}/")
     return 0
 

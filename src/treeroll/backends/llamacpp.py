@@ -29,12 +29,13 @@ from __future__ import annotations
 import atexit
 import math
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from treeroll.backends.gguf import export_gguf
-from treeroll.backends.http import ServerError, map_concurrently, post_json
+from treeroll.backends.http import ServerError, get_json, map_concurrently, post_json
 from treeroll.backends.llamacpp_server import LlamaServer, server_binary, source_dir
 from treeroll.base import Completion, GenerationRequest, SamplingParams
 
@@ -70,6 +71,7 @@ class LlamaCppBackend:
         self.timeout = timeout
         self.stats = {"prefill": 0, "cached": 0, "generated": 0, "requests": 0}
         """Totals since construction, from the server's counters."""
+        self._stats_lock = threading.Lock()  # answers are read on generate's threads
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -108,10 +110,11 @@ class LlamaCppBackend:
                               "(expected 'eos' or 'limit')")
         timings = response.get("timings") or {}
         prefill, cached = int(timings.get("prompt_n", 0)), int(timings.get("cache_n", 0))
-        self.stats["prefill"] += prefill
-        self.stats["cached"] += cached
-        self.stats["generated"] += len(tokens)
-        self.stats["requests"] += 1
+        with self._stats_lock:
+            self.stats["prefill"] += prefill
+            self.stats["cached"] += cached
+            self.stats["generated"] += len(tokens)
+            self.stats["requests"] += 1
         return Completion(
             token_ids=tokens, logprobs=logprobs,
             finish_reason="stop" if stop_type == "eos" else "length",
@@ -182,8 +185,9 @@ class LlamaCppBackend:
             out = [self.completion(a, requests[i], params) for a, i in zip(answers, members,
                                                                              strict=True)]
             for child in out[1:]:  # its slot got the first one's KV (a copy, not computed);
-                self.stats["prefill"] -= child.prefill_tokens  # the server copies its counts
-                self.stats["cached"] += child.prefill_tokens
+                with self._stats_lock:  # the server copies the first one's counts
+                    self.stats["prefill"] -= child.prefill_tokens
+                    self.stats["cached"] += child.prefill_tokens
                 child.cached_tokens += child.prefill_tokens
                 child.prefill_tokens = 0
             return out
@@ -201,8 +205,6 @@ class LlamaCppBackend:
         host-memory prompt cache (``--cache-ram``, on by default) may still hold older
         prompts there. So a server whose weights change runs with ``--slot-save-path DIR
         --cache-ram 0``, or is a :class:`ManagedLlamaCpp`, which restarts its server."""
-        from treeroll.backends.http import get_json
-
         for slot in get_json(self.url + "/slots", timeout=self.timeout):
             try:
                 post_json(f"{self.url}/slots/{slot['id']}?action=erase", {},

@@ -71,7 +71,9 @@ class VLLMBackend:
     def request(self, request: GenerationRequest, params: SamplingParams
                 ) -> tuple[dict[str, Any], Any]:
         """vLLM's prompt and sampling parameters for one request."""
-        make = self._sampling_params or _vllm_sampling_params()
+        if self._sampling_params is None:  # vLLM's class, resolved once
+            self._sampling_params = _vllm_sampling_params()
+        make = self._sampling_params
         cap = params.max_new_tokens if request.max_new_tokens is None else \
             min(params.max_new_tokens, request.max_new_tokens)
         prompt = {"prompt_token_ids": list(request.prompt_ids), "cache_salt": self.cache_salt}
