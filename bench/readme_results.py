@@ -24,12 +24,9 @@ def quote(name, keys):
 
 def stale(name):
     """Files the figure's run depended on that changed since its commit (empty: current)."""
-    import subprocess
+    from staleness import changed_since
 
-    r = R[name]
-    done = subprocess.run(["git", "diff", "--name-only", r["commit"], "--", *r["depends_on"]],
-                          cwd=ROOT, capture_output=True, text=True, check=True)
-    return done.stdout.split()
+    return changed_since(R[name]["commit"], R[name]["depends_on"])
 
 
 def f3(x):

@@ -13,9 +13,13 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from staleness import changed_since, pyproject_changed_for_a_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MARKER = re.compile(r"<!-- result: (?P<name>[a-z0-9_]+) -->\s*\n\s*`(?P<json>\{.*?\})`", re.S)
@@ -29,6 +33,17 @@ def quoted_figures(text: str) -> list[tuple[str, dict]]:
 def test_the_marker_parser_reads_a_quoted_figure() -> None:
     text = 'x\n<!-- result: demo -->\n`{"a": 1, "b": [0.5, 2]}`\n'
     assert quoted_figures(text) == [("demo", {"a": 1, "b": [0.5, 2]})]
+
+
+def test_pyproject_staleness_ignores_a_new_extra_pin_but_not_a_changed_one() -> None:
+    then = ('[project]\ndependencies = ["torch==2.13.0"]\n'
+            '[project.optional-dependencies]\ntest = ["pytest==9.2.0", "ray==2.60.0"]\n')
+    added = then.replace('"ray==2.60.0"]', '"ray==2.60.0", "trl==1.16.0"]')
+    assert not pyproject_changed_for_a_run(then, added)
+    assert not pyproject_changed_for_a_run(then, added + "[tool.ruff]\nline-length = 99\n")
+    assert pyproject_changed_for_a_run(then, then.replace("ray==2.60.0", "ray==2.61.0"))
+    assert pyproject_changed_for_a_run(then, then.replace("torch==2.13.0", "torch==2.14.0"))
+    assert pyproject_changed_for_a_run(then, then.replace(', "ray==2.60.0"', ""))
 
 
 README_FIGURES = quoted_figures((ROOT / "README.md").read_text())
@@ -50,12 +65,7 @@ def test_a_quoted_figure_is_its_stored_result_of_the_current_code(name, quoted) 
                  if stored["result"].get(key) != value}
     assert not differing, f"README's {name} differs from {path} (README, stored): {differing}"
     assert not stored["dirty"], f"{name} was measured on uncommitted code; {remake}"
-    changed = subprocess.run(["git", "diff", "--name-only", stored["commit"], "--",
-                              *stored["depends_on"]],
-                             cwd=ROOT, capture_output=True, text=True)
-    assert changed.returncode == 0, (f"{name}: its commit {stored['commit']} is not in this "
-                                     f"repository's history ({changed.stderr.strip()})")
-    files = changed.stdout.split()
+    files = changed_since(stored["commit"], stored["depends_on"])
     assert not files, (f"{name} is stale: measured on {stored['commit'][:10]}, and since then "
                        f"{', '.join(files[:5])}{' ...' if len(files) > 5 else ''} changed; "
                        f"{remake}")

@@ -1,0 +1,195 @@
+"""Trees for an external trainer: one tree per task, exactly ``group_size`` leaves each.
+
+A trainer (TRL, verl, rLLM) asks for ``G`` completions per prompt and normalises rewards over
+each block of ``G``. A treeroll strategy's tree has a leaf count of its own: Tree-GRPO's is
+``m * (l * n + 1)`` before the budget, PATR prunes, an episode may end early. So
+:class:`TreeGroups` grows the trees with the leaf budget set to ``G`` (unless the settings ask
+for more, to explore wider), then makes every group exactly ``G``:
+
+- **more than G leaves** (a larger ``rollout.max_leaves``): :func:`choose_leaves` keeps ``G``
+  by taking the first-turn subtrees in turn (round robin, each subtree's leaves in creation
+  order), so every first-turn branch that has leaves is represented before any gets a second;
+- **fewer than G** (a pruning strategy, or a budget that ran out): the shortfall is filled by
+  fresh chains from the same task, grafted onto the tree's root (:func:`graft`), marked
+  ``info["top_up"]``: the group is still samples of the current policy, and the tree's credit
+  sees them. treeroll chose top-up chains over repeating a leaf, which would weight it twice.
+
+The credit treeroll's estimator gives each leaf (``advantage.*``, on the whole tree) comes with
+the group, for trainers that accept a precomputed advantage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from treeroll.advantages import token_credit, weighted
+from treeroll.base import Env, ProcessScorer
+from treeroll.config import TrainConfig, check_config
+from treeroll.formatting import TurnFormat
+from treeroll.plugins import (
+    make_allocator,
+    make_backend,
+    make_env_factory,
+    make_estimator,
+    make_strategy,
+    scorer_name_for,
+)
+from treeroll.policies import Policy
+from treeroll.rollout import RolloutConfig, rollout
+from treeroll.strategies import Chain
+from treeroll.tree import Node, RolloutTree, Trajectory, export_trajectories, leaves, path_to
+
+__all__ = ["LeafGroup", "TreeGroups", "choose_leaves", "graft"]
+
+_COPIED = ("action_ids", "action_logprobs", "action_text", "observation_ids",
+           "observation_text", "reward", "terminated", "truncated", "status", "note", "score",
+           "score_reason", "finish_reason", "entropy")
+
+
+@dataclass
+class LeafGroup:
+    """One task's tree and the ``G`` leaves handed to the trainer, as its rows."""
+
+    tree: RolloutTree
+    leaves: list[Node]
+    """The chosen leaves, in row order."""
+    trajectories: list[Trajectory]
+    """Each chosen leaf as token ids, environment mask and sampling logprobs."""
+    credit: list[float | np.ndarray]
+    """treeroll's estimator's credit of each chosen leaf (computed on the whole tree): a float,
+    or one value per response token for a per-turn estimator."""
+    topped_up: int = 0
+    """How many of the leaves are top-up chains (the tree had fewer than ``G``)."""
+
+    @property
+    def rewards(self) -> list[float]:
+        """Each row's environment reward (the sum of its path's turn rewards)."""
+        return [t.reward for t in self.trajectories]
+
+    def scalar_credit(self) -> list[float]:
+        """One credit value per row: a per-token credit is reduced to its mean over the row's
+        model tokens (for trainers that take one advantage per row)."""
+        out = []
+        for value, trajectory in zip(self.credit, self.trajectories, strict=True):
+            if isinstance(value, np.ndarray):
+                mask = np.asarray(trajectory.response_mask, dtype=bool)
+                out.append(float(value[mask].mean()) if mask.any() else 0.0)
+            else:
+                out.append(float(value))
+        return out
+
+
+def choose_leaves(tree: RolloutTree, group_size: int) -> list[Node]:
+    """``group_size`` leaves of ``tree``: all of them when there are at most that many, else the
+    first-turn subtrees in turn, round robin (see the module docstring)."""
+    group = leaves(tree)
+    if len(group) <= group_size:
+        return group
+    by_subtree: dict[int, list[Node]] = {}
+    for leaf in group:
+        by_subtree.setdefault(path_to(leaf)[1].id, []).append(leaf)
+    queues = list(by_subtree.values())
+    chosen: list[Node] = []
+    while len(chosen) < group_size:
+        for queue in queues:
+            if queue and len(chosen) < group_size:
+                chosen.append(queue.pop(0))
+    order = {leaf.id: i for i, leaf in enumerate(group)}
+    return sorted(chosen, key=lambda leaf: order[leaf.id])
+
+
+def graft(tree: RolloutTree, donor: RolloutTree) -> list[Node]:
+    """Copy every non-root node of ``donor`` (a tree of the same task: same root prompt) under
+    ``tree``'s root, marked ``info["top_up"] = True``; returns the copied leaves."""
+    if donor.root.observation_ids != tree.root.observation_ids:
+        raise ValueError(f"cannot graft a tree of another prompt onto task {tree.task_seed}")
+    copies: dict[int, Node] = {donor.root.id: tree.root}
+    for node in donor.nodes[1:]:
+        assert node.parent is not None
+        fields = {name: getattr(node, name) for name in _COPIED}
+        copies[node.id] = tree.add_child(copies[node.parent.id],
+                                         info={**node.info, "top_up": True}, **fields)
+    return [copies[n.id] for n in donor.nodes[1:] if n.is_leaf]
+
+
+class TreeGroups:
+    """Grows treeroll trees for a trainer's tasks with the trainer's current model.
+
+    ``config`` supplies the strategy, rollout settings, scorer, estimator, environment and
+    backend (the same YAML ``treeroll train`` reads; its optimiser settings are the trainer's
+    business and unused). ``group_size`` is the trainer's ``G``. ``make_env`` overrides the
+    environment named by ``config.env``. Every setting is checked here, before any work.
+    """
+
+    def __init__(self, config: TrainConfig, turn_format: TurnFormat, *, group_size: int,
+                 make_env: Callable[[], Env] | None = None,
+                 scorer: ProcessScorer | None = None) -> None:
+        if group_size < 1:
+            raise ValueError(f"group_size is {group_size}; a group needs at least 1 leaf")
+        check_config(config)
+        self.config, self.turn_format, self.group_size = config, turn_format, group_size
+        self.make_env = make_env or make_env_factory(config.env)
+        self.strategy = make_strategy(config.strategy)
+        self.estimator = make_estimator(config.advantage)
+        budget = config.rollout.max_leaves
+        self.rollout_config = replace(config.rollout, max_leaves=max(budget or 0, group_size))
+        self.scorer = scorer
+        name = scorer_name_for(config.scorer.name, self.strategy, config.env.name)
+        if scorer is None and name:
+            from treeroll.scorers import make_scorer
+
+            self.scorer = make_scorer(replace(config.scorer, name=name))
+        self.calls = 0
+
+    def grow(self, tasks: Sequence[int], model: Any, tokenizer: Any, *, seed: int,
+             temperature: float | None = None) -> list[LeafGroup]:
+        """One :class:`LeafGroup` of exactly ``group_size`` leaves per task seed in ``tasks``,
+        sampled from ``model`` as it is now (a fresh backend per call: the weights changed
+        since the last one). ``temperature`` overrides ``rollout.temperature`` (an adapter
+        passes the trainer's, so that the recorded logprobs are those the trainer
+        recomputes)."""
+        settings = self.rollout_config
+        if temperature is not None:
+            settings = replace(settings, temperature=float(temperature))
+        policy = Policy(model, tokenizer, self.turn_format.view)
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                backend = make_backend(self.config.backend, policy)
+                batch = rollout(list(tasks), self.make_env, backend, self.turn_format,
+                                self.strategy, config=settings, scorer=self.scorer, seed=seed,
+                                allocator=make_allocator(self.config.allocator, settings))
+                groups = [self._group(tree, backend, settings, seed) for tree in batch.trees]
+        finally:
+            model.train(was_training)
+        self.calls += 1
+        return groups
+
+    def _group(self, tree: RolloutTree, backend: Any, settings: RolloutConfig,
+               seed: int) -> LeafGroup:
+        shortfall = self.group_size - len(leaves(tree))
+        if shortfall > 0:
+            chains = rollout([tree.task_seed], self.make_env, backend, self.turn_format,
+                             Chain(group_size=shortfall),
+                             config=replace(settings, max_leaves=shortfall),
+                             seed=seed + 7919 * (tree.tree_id + 1))
+            graft(tree, chains.trees[0])
+        chosen = choose_leaves(tree, self.group_size)
+        if len(chosen) != self.group_size:
+            raise RuntimeError(f"task {tree.task_seed}: {len(chosen)} leaves after the top-up, "
+                               f"expected {self.group_size}")
+        group = leaves(tree)
+        credit = weighted(tree, token_credit(tree, self.estimator(tree)))
+        index = {leaf.id: i for i, leaf in enumerate(group)}
+        trajectories = export_trajectories(tree)
+        rows = [index[leaf.id] for leaf in chosen]
+        return LeafGroup(tree=tree, leaves=chosen,
+                         trajectories=[trajectories[i] for i in rows],
+                         credit=[credit[i] for i in rows],
+                         topped_up=sum(bool(leaf.info.get("top_up")) for leaf in chosen))
