@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from staleness import changed_since, pyproject_changed_for_a_run  # noqa: E402
+from staleness import changed_since, pyproject_changed_for_a_run
 
 ROOT = Path(__file__).resolve().parent.parent
 MARKER = re.compile(r"<!-- result: (?P<name>[a-z0-9_]+) -->\s*\n\s*`(?P<json>\{.*?\})`", re.S)

@@ -169,7 +169,7 @@ def test_rollout_func_refuses_bad_input_naming_it(policy):
         rollout_func(["an unknown prompt"] * 4, fake_trainer(policy))
     with pytest.raises(ValueError, match="mixes prompts"):
         rollout_func(good[:2] + repeated(rollout_func, [2], 2), fake_trainer(policy))
-    with pytest.raises(ValueError, match="top_p is 0.9"):
+    with pytest.raises(ValueError, match=r"top_p is 0\.9"):
         rollout_func(good, fake_trainer(policy, top_p=0.9))
     with pytest.raises(ValueError, match="group_size is 0"):
         TreeRolloutFunc(settings(), policy.turn_format(), num_generations=0)
