@@ -107,7 +107,7 @@ def _run_config(config: CompareConfig, strategy: str, seed: int) -> TrainConfig:
 
 
 REUSABLE_DIFFERENCES = ("resume", "extend", "force", "threads", "runs_dir", "checkpoint_every",
-                        "save_trees_every")
+                        "save_trees_every", "wandb")
 """Settings a run folder may have been made with, apart from this comparison's, and still be
 read back (or resumed) as one of its runs: none of them changes what the run computes."""
 

@@ -35,6 +35,7 @@ __all__ = [
     "ScorerConfig",
     "StrategyConfig",
     "TrainConfig",
+    "WandbConfig",
     "check_config",
     "config_to_dict",
     "load_config",
@@ -264,6 +265,21 @@ class OptimConfig:
 
 
 @dataclass
+class WandbConfig:
+    """Weights & Biases logging beside TensorBoard (``treeroll.training.wandb_log``): the
+    same scalars as ``metrics.jsonl``; off unless ``project`` is set (needs ``pip install
+    'treeroll[wandb]'``)."""
+
+    project: str | None = None
+    """W&B project to log to; None = no W&B logging."""
+    entity: str | None = None
+    """W&B entity (team or user); None = your default."""
+    mode: str = checked("online", choices=("online", "offline"))
+    """``offline`` writes the run under ``<run folder>/wandb`` only (``wandb sync`` it
+    later); ``online`` also streams it to the server."""
+
+
+@dataclass
 class EvalConfig:
     """Held-out evaluation: task seeds never used in training."""
 
@@ -313,6 +329,7 @@ class TrainConfig:
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
 
 
 T = TypeVar("T")
@@ -425,6 +442,12 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
         low, high = config.env.size_min, config.env.size_max
         if low is not None and high is not None and low > high:
             found.append(("--env.size-min", f"is {low}, above --env.size-max {high}"))
+    if "wandb" in sections and config.wandb.project is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("wandb") is None:
+            found.append(("--wandb.project", f"is {config.wandb.project!r}, but wandb is not "
+                          "installed: pip install 'treeroll[wandb]' (or leave it unset)"))
     if "policy" in sections:
         view = config.policy.view
         if view is not None and view not in VIEWS:

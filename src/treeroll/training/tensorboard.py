@@ -27,14 +27,31 @@ file sorting after the old ones, which it does: its name starts with the time it
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from torch.utils.tensorboard import SummaryWriter
 
-__all__ = ["ScalarLog", "flatten_scalars"]
+__all__ = ["ScalarLog", "ScalarSink", "flatten_scalars"]
+
+
+class ScalarSink(Protocol):
+    """Another logger fed the same records (W&B: :class:`treeroll.training.wandb_log.
+    WandbLog`)."""
+
+    def record(self, step: int, record: Mapping[str, Any]) -> None:
+        """Log ``record`` at ``step``."""
+        ...
+
+    def flush(self) -> None:
+        """Write pending records."""
+        ...
+
+    def close(self) -> None:
+        """Finish."""
+        ...
 
 
 def flatten_scalars(record: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, float]]:
@@ -55,11 +72,13 @@ class ScalarLog:
     ``resume_step``: the checkpoint's step when the run resumes (events written earlier at
     later steps are discarded on reading, see the module docstring); None for a new run.
     ``flush_secs``: how often pending events reach the disk at the latest (``flush()`` and
-    ``close()`` write them at once). Usable as a context manager, which closes it.
+    ``close()`` write them at once). ``mirrors`` get every record too (and are flushed and
+    closed with it). Usable as a context manager, which closes it.
     """
 
     def __init__(self, run_dir: str | Path, *, resume_step: int | None = None,
-                 flush_secs: int = 10) -> None:
+                 flush_secs: int = 10, mirrors: Sequence[ScalarSink] = ()) -> None:
+        self.mirrors = list(mirrors)
         self.log_dir = Path(run_dir) / "tensorboard"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         purge_step = None if resume_step is None else resume_step + 1
@@ -71,14 +90,20 @@ class ScalarLog:
         ``step``."""
         for tag, value in flatten_scalars(record):
             self.writer.add_scalar(tag, value, global_step=step)
+        for mirror in self.mirrors:
+            mirror.record(step, record)
 
     def flush(self) -> None:
         """Write pending events to disk now."""
         self.writer.flush()
+        for mirror in self.mirrors:
+            mirror.flush()
 
     def close(self) -> None:
-        """Flush and close the event file."""
+        """Flush and close the event file (and the mirrors)."""
         self.writer.close()
+        for mirror in self.mirrors:
+            mirror.close()
 
     def __enter__(self) -> ScalarLog:
         return self

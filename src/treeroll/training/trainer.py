@@ -61,7 +61,7 @@ __all__ = ["train"]
 
 
 RESUMABLE_CHANGES = ("optim.steps", "eval", "checkpoint_every", "save_trees_every", "threads",
-                     "runs_dir",
+                     "runs_dir", "wandb",
                      "resume", "extend", "force")
 """Settings a resumed run may change (they do not alter what the run computes per step)."""
 
@@ -144,7 +144,14 @@ class _Run:
             self.ref_model = copy.deepcopy(self.model).eval()
             for p in self.ref_model.parameters():
                 p.requires_grad_(False)
-        self.scalars = ScalarLog(run_dir, resume_step=self.done if folder.resume else None)
+        mirrors = []
+        if config.wandb.project is not None:
+            from treeroll.training.wandb_log import WandbLog
+
+            mirrors.append(WandbLog(run_dir, config.wandb, name=config.name, config=resolved,
+                                    resume=folder.resume))
+        self.scalars = ScalarLog(run_dir, resume_step=self.done if folder.resume else None,
+                                 mirrors=mirrors)
         if state is None:
             self.scalars.record(0, {"eval": self.summary["start_eval"]})
 

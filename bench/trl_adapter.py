@@ -1,0 +1,178 @@
+"""TRL's GRPOTrainer with treeroll's rollout_func, beside TRL's own generation.
+
+Three runs of TRL's real ``GRPOTrainer`` (``trl==1.16.0``) on CPU, each from a fresh copy of
+the shipped base ``frozenlake-tiny``, on the same training prompts (FrozenLake in rLLM's
+convention, task seeds from the training pool drawn from seed 0), ``num_generations`` = 4,
+two tasks per step, the same optimiser settings:
+
+* ``trl``: TRL's own generation (no ``rollout_func``). TRL samples one completion per row with
+  ``transformers.generate`` and cannot step the environment (its multi-turn hook,
+  ``environment_factory``, needs a chat template with tool calls, which the tiny policy does
+  not have), so each completion is the first reply only, rewarded by one environment step;
+* ``chain``: :class:`treeroll.adapters.trl.TreeRolloutFunc` with independent chains (whole
+  multi-turn episodes, rewarded by the environment);
+* ``tree``: the same with Tree-GRPO (m=2, n=2, l=1 under a 4-leaf budget).
+
+Generated tokens per completion: for treeroll, the tokens the backend decoded for the trees
+(every node's action, a shared turn once, top-up chains and leaves not handed over included)
+divided by the rows returned; for TRL, its completions' lengths. Wall time per step is the
+trainer's ``train_runtime`` over its steps. Prints a table and, as its last line, one JSON
+object: ``tree_over_trl_tokens_per_completion``, ``tree_over_chain_tokens_per_completion``,
+``model_tokens_per_row_tree`` (the row's own model tokens: what an independent sample of that
+row would decode), the per-step wall times and, for treeroll, the part of it spent in the
+``rollout_func``.
+
+Usage: ``python bench/trl_adapter.py --quick`` (4 steps each, about a minute here) or without
+``--quick`` (20 steps each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+from treeroll.adapters.trl import TreeRolloutFunc, env_reward, task_dataset
+from treeroll.config import EnvConfig, EvalConfig, TrainConfig
+from treeroll.envs import make_frozenlake
+from treeroll.policies import load_policy
+from treeroll.strategies import TreeGRPO
+from treeroll.training.evaluation import task_pools
+
+
+def arguments(steps: int, out: str, max_completion_length: int = 256) -> Any:
+    """The GRPOConfig every run shares."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(output_dir=out, per_device_train_batch_size=8, num_generations=4,
+                      max_steps=steps, learning_rate=5e-4, logging_steps=1, report_to=[],
+                      use_cpu=True, beta=0.0, save_strategy="no",
+                      max_completion_length=max_completion_length, bf16=False, seed=0,
+                      temperature=1.0)
+
+
+def one_step_reward(completions: list[str], task_seed: list[int], **kwargs: Any) -> list[float]:
+    """TRL-native rows: the environment's reward for the reply as the first action."""
+    rewards = []
+    for text, seed in zip(completions, task_seed, strict=True):
+        env = make_frozenlake("rllm")
+        env.reset(int(seed))
+        rewards.append(float(env.step(text)[1]))
+    return rewards
+
+
+def run_tree(strategy: str, seeds: list[int], steps: int) -> dict[str, float]:
+    """TRL with treeroll's rollout_func; tokens decoded and rows returned."""
+    from trl import GRPOTrainer
+
+    torch.manual_seed(0)
+    policy = load_policy("frozenlake-tiny")
+    base = TrainConfig()
+    config = replace(base, env=replace(base.env, name="frozenlake_rllm"),
+                     strategy=replace(base.strategy, name=strategy,
+                                      tree_grpo=TreeGRPO(m=2, n=2, l=1)))
+    rollout_func = TreeRolloutFunc(config, policy.turn_format(), num_generations=4)
+    counts = {"generated": 0, "rows": 0, "row_model_tokens": 0, "rollout_s": 0.0}
+
+    def counting(prompts: Any, trainer: Any) -> dict[str, Any]:
+        tick = time.perf_counter()
+        out = rollout_func(prompts, trainer)
+        counts["rollout_s"] += time.perf_counter() - tick
+        for group in rollout_func.last_groups:
+            counts["generated"] += sum(len(n.action_ids) for n in group.tree.nodes)
+        counts["rows"] += len(out["completion_ids"])
+        counts["row_model_tokens"] += sum(sum(m) for m in out["env_mask"])
+        return out
+
+    with tempfile.TemporaryDirectory() as out:
+        trainer = GRPOTrainer(model=policy.model, processing_class=policy.tokenizer,
+                              reward_funcs=env_reward, rollout_func=counting,
+                              train_dataset=task_dataset(rollout_func, seeds),
+                              args=arguments(steps, out))
+        start = time.perf_counter()
+        trainer.train()
+        wall = time.perf_counter() - start
+    return {"tokens_per_completion": counts["generated"] / counts["rows"],
+            "model_tokens_per_row": counts["row_model_tokens"] / counts["rows"],
+            "wall_per_step": wall / steps, "rollout_per_step": counts["rollout_s"] / steps,
+            "reward": float(np.mean([r["reward"] for r in trainer.state.log_history
+                                     if "reward" in r]))}
+
+
+def run_trl(seeds: list[int], steps: int) -> dict[str, float]:
+    """TRL's own single-turn generation on the same prompts."""
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    torch.manual_seed(0)
+    policy = load_policy("frozenlake-tiny")
+    turn_format = policy.turn_format()
+    env = make_frozenlake("rllm")
+    prompts = []
+    for seed in seeds:
+        _, text = turn_format.prompt(env.system_prompt, env.reset(seed))
+        prompts.append(text)
+    dataset = Dataset.from_dict({"prompt": prompts, "task_seed": seeds})
+    with tempfile.TemporaryDirectory() as out:
+        args = arguments(steps, out, max_completion_length=24)
+        trainer = GRPOTrainer(model=policy.model, processing_class=policy.tokenizer,
+                              reward_funcs=one_step_reward, train_dataset=dataset, args=args)
+        start = time.perf_counter()
+        trainer.train()
+        wall = time.perf_counter() - start
+    logs = [r for r in trainer.state.log_history if "completions/mean_length" in r]
+    return {"tokens_per_completion": float(np.mean([r["completions/mean_length"]
+                                                   for r in logs])),
+            "wall_per_step": wall / steps,
+            "reward": float(np.mean([r["reward"] for r in logs]))}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the three trainers and print the table and the JSON line."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="4 steps per run (else 20)")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    steps = 4 if args.quick else 20
+    train, _ = task_pools(EnvConfig(name="frozenlake_rllm"), EvalConfig())
+    seeds = [int(s) for s in train[:2 * steps]]
+    results = {"trl": run_trl(seeds, steps), "chain": run_tree("chain", seeds, steps),
+               "tree": run_tree("tree_grpo", seeds, steps)}
+    print(f"{'run':8s} {'tokens/completion':>18s} {'wall/step s':>12s} {'mean reward':>12s}",
+          file=sys.stderr)
+    for name, r in results.items():
+        print(f"{name:8s} {r['tokens_per_completion']:18.2f} {r['wall_per_step']:12.3f} "
+              f"{r['reward']:12.3f}", file=sys.stderr)
+    tree, chain, trl = results["tree"], results["chain"], results["trl"]
+    print(json.dumps({
+        "tree_over_trl_tokens_per_completion": round(tree["tokens_per_completion"]
+                                                     / trl["tokens_per_completion"], 4),
+        "tree_over_chain_tokens_per_completion": round(tree["tokens_per_completion"]
+                                                       / chain["tokens_per_completion"], 4),
+        "tree_tokens_per_completion": round(tree["tokens_per_completion"], 2),
+        "chain_tokens_per_completion": round(chain["tokens_per_completion"], 2),
+        "trl_tokens_per_completion": round(trl["tokens_per_completion"], 2),
+        "model_tokens_per_row_tree": round(tree["model_tokens_per_row"], 2),
+        "tree_wall_per_step": round(tree["wall_per_step"], 3),
+        "chain_wall_per_step": round(chain["wall_per_step"], 3),
+        "trl_wall_per_step": round(trl["wall_per_step"], 3),
+        "tree_rollout_per_step": round(tree["rollout_per_step"], 3),
+        "chain_rollout_per_step": round(chain["rollout_per_step"], 3),
+        "tree_over_trl_wall_per_step": round(tree["wall_per_step"] / trl["wall_per_step"], 4),
+        "steps": steps, "num_generations": 4, "tasks_per_step": 2,
+    }))
+
+
+if __name__ == "__main__":
+    main()
