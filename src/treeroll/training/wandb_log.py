@@ -49,7 +49,8 @@ class WandbLog:
         """Step records up to this step were logged by an earlier attempt."""
         self.run = wandb.init(project=settings.project, entity=settings.entity, name=name,
                               id=self.run_id, resume="allow", dir=str(self.run_dir),
-                              mode=settings.mode, config=dict(config), reinit="create_new")
+                              mode="offline" if settings.mode == "offline" else "online",
+                              config=dict(config), reinit="create_new")
         self._save()
 
     def _save(self) -> None:
