@@ -69,24 +69,25 @@ class MatchedChain(Chain):
         return [tree.root] * self.sizes[tree.task_seed]
 
 
-def compare(model: Any, turn_format: TurnFormat, make_env: Callable[[], Any],
-            seeds: np.ndarray, settings: RolloutConfig, repeats: int, per_batch: int,
-            pad_token_id: int = 0
+def compare(fresh_backend: Callable[[], Any], turn_format: TurnFormat,
+            make_env: Callable[[], Any], seeds: np.ndarray, settings: RolloutConfig,
+            repeats: int, per_batch: int
             ) -> tuple[dict[str, list[float]], dict[str, TokenCounts], dict[str, int]]:
     """Wall seconds per leaf (one entry per repeat), token totals and the backend's count of
-    refed branch points, tree and chain."""
+    refed branch points, tree and chain; every run on ``fresh_backend()`` (an empty cache).
+    ``bench/server_backend.py`` runs this on its server backends too."""
     tree = TreeGRPO(m=4, n=2, l=1)  # up to M(LN + 1) = 12 leaves per task
 
     def run(strategy: object, tasks: np.ndarray, seed: int
             ) -> tuple[float, TokenCounts, dict[int, int], int]:
-        backend = HFBackend(model, pad_token_id=pad_token_id)
+        backend = fresh_backend()
         start = time.perf_counter()
         batch = rollout(tasks, make_env, backend, turn_format, strategy,  # type: ignore[arg-type]
                         config=settings, seed=seed)
         wall = time.perf_counter() - start
         sizes = {t.task_seed: token_counts(t).leaves for t in batch.trees}
         counts = sum((token_counts(t) for t in batch.trees), TokenCounts())
-        return wall, counts, sizes, backend.stats["refed"]
+        return wall, counts, sizes, int(backend.stats.get("refed", 0))
 
     walls: dict[str, list[float]] = {"tree": [], "chain": []}
     totals = {"tree": TokenCounts(), "chain": TokenCounts()}
@@ -122,8 +123,10 @@ def main() -> None:
     lake = lambda: make_frozenlake("rllm")
     seeds = np.random.default_rng(0).choice(1_000_000, size=400, replace=False)
     settings = RolloutConfig(max_turn_tokens=12, synchronous=args.synchronous)
-    walls, totals, refed = compare(policy.model, policy.turn_format(), lake, seeds, settings,
-                            repeats, per_batch, policy.tokenizer.pad_token_id or 0)
+    pad = policy.tokenizer.pad_token_id or 0
+    walls, totals, refed = compare(lambda: HFBackend(policy.model, pad_token_id=pad),
+                                   policy.turn_format(), lake, seeds, settings, repeats,
+                                   per_batch)
 
     swe_tasks = builtin_tasks()
     byte_model = build_model(ByteTokenizer.vocab_size, ModelConfig(seed=0),
@@ -134,8 +137,9 @@ def main() -> None:
     swe_seeds = np.resize(swe_seeds, swe_batch * swe_repeats)
     swe_settings = RolloutConfig(max_turn_tokens=16, synchronous=args.synchronous,
                                  env_workers=4)
-    swe_walls, swe_totals, _ = compare(byte_model, TurnFormat(ByteTokenizer()), swe, swe_seeds,
-                                    swe_settings, swe_repeats, swe_batch)
+    swe_walls, swe_totals, _ = compare(lambda: HFBackend(byte_model, pad_token_id=0),
+                                       TurnFormat(ByteTokenizer()), swe, swe_seeds,
+                                       swe_settings, swe_repeats, swe_batch)
 
     t, c = totals["tree"], totals["chain"]
     st, sc = swe_totals["tree"], swe_totals["chain"]

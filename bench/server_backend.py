@@ -1,8 +1,8 @@
 """Rollout cost through a llama.cpp server, side by side with the transformers backend.
 
-The same measurement as ``bench/rollout_cost.py`` (Tree-GRPO vs independent chains matched
-task by task to the tree's leaves, FrozenLake in rLLM's convention, the shipped base policy
-``frozenlake-tiny``), run on two backends in one process:
+The same measurement as ``bench/rollout_cost.py``'s ``compare`` (Tree-GRPO vs independent
+chains matched task by task to the tree's leaves, FrozenLake in rLLM's convention, the shipped
+base policy ``frozenlake-tiny``), run on two backends in one process:
 
 * ``hf``: the in-process transformers backend with its KV-cache trie;
 * ``llamacpp``: a real ``llama-server`` (built from PyPI's llama-cpp-python sources, see
@@ -32,7 +32,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,45 +40,13 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rollout_cost import MatchedChain
+from rollout_cost import compare
 from treeroll.backends.hf import HFBackend
 from treeroll.backends.llamacpp import ManagedLlamaCpp
 from treeroll.envs import make_frozenlake
 from treeroll.policies import load_policy
-from treeroll.rollout import RolloutConfig, rollout
-from treeroll.strategies import TreeGRPO
-from treeroll.tree import TokenCounts, token_counts
-
-
-def measure(fresh_backend: Callable[[], Any], turn_format: Any, seeds: np.ndarray,
-            settings: RolloutConfig, repeats: int, per_batch: int
-            ) -> tuple[dict[str, list[float]], dict[str, TokenCounts]]:
-    """Wall seconds per leaf (per repeat) and token totals, tree and matched chains, each run
-    on a backend with an empty cache."""
-    tree = TreeGRPO(m=4, n=2, l=1)
-    lake = lambda: make_frozenlake("rllm")
-
-    def run(strategy: object, tasks: np.ndarray, seed: int
-            ) -> tuple[float, TokenCounts, dict[int, int]]:
-        backend = fresh_backend()
-        start = time.perf_counter()
-        batch = rollout(tasks, lake, backend, turn_format, strategy,  # type: ignore[arg-type]
-                        config=settings, seed=seed)
-        wall = time.perf_counter() - start
-        sizes = {t.task_seed: token_counts(t).leaves for t in batch.trees}
-        return wall, sum((token_counts(t) for t in batch.trees), TokenCounts()), sizes
-
-    walls: dict[str, list[float]] = {"tree": [], "chain": []}
-    totals = {"tree": TokenCounts(), "chain": TokenCounts()}
-    for r in range(repeats):
-        tasks = seeds[r * per_batch:(r + 1) * per_batch]
-        _, _, sizes = run(tree, tasks, seed=r)
-        order = [("tree", tree), ("chain", MatchedChain(sizes))]
-        for name, strategy in (order if r % 2 == 0 else order[::-1]):
-            wall, counts, _ = run(strategy, tasks, seed=r)
-            walls[name].append(wall / max(counts.leaves, 1))
-            totals[name] = totals[name] + counts
-    return walls, totals
+from treeroll.rollout import RolloutConfig
+from treeroll.tree import TokenCounts
 
 
 def summary(walls: dict[str, list[float]], totals: dict[str, TokenCounts]) -> dict[str, Any]:
@@ -135,7 +102,9 @@ def main() -> None:
     results = {}
     try:
         for name, make in backends.items():
-            results[name] = summary(*measure(make, turns, seeds, settings, repeats, per_batch))
+            walls, totals, _ = compare(make, turns, lambda: make_frozenlake("rllm"), seeds,
+                                       settings, repeats, per_batch)
+            results[name] = summary(walls, totals)
     finally:
         server.close()
     print(f"{'':16}{'over unique':>12}{'tree/chain wall':>16}{'tree ms/leaf':>14}"

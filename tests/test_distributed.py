@@ -97,13 +97,13 @@ def test_ray_workers_give_the_single_process_trees(cluster, policy) -> None:
 
 
 def test_the_ray_rollout_command_saves_the_one_process_trees(cluster, policy, tmp_path) -> None:
-    from treeroll.cli_ray import main
+    from treeroll.cli import main as treeroll_main
     from treeroll.config import TrainConfig
     from treeroll.training.evaluation import task_pools
     from treeroll.tree import load_tree
 
     out = tmp_path / "trees"
-    code = main(["--workers", "2", "--tasks", "3", "--out", str(out),
+    code = treeroll_main(["ray-rollout", "--workers", "2", "--tasks", "3", "--out", str(out),
                  "--train.rollout.max-turn-tokens", "12", "--train.strategy.name", "tree_grpo"])
     assert code == 0
     from treeroll.backends.hf import HFBackend
@@ -120,8 +120,15 @@ def test_the_ray_rollout_command_saves_the_one_process_trees(cluster, policy, tm
     assert same_trees(saved, local.trees)
 
 
-def test_the_ray_rollout_command_refuses_bad_numbers_before_any_work(tmp_path, capsys) -> None:
-    from treeroll.cli_ray import main
+@pytest.mark.parametrize("entry", ["treeroll ray-rollout", "python -m treeroll.cli_ray"])
+def test_the_ray_rollout_command_refuses_bad_numbers_before_any_work(entry, tmp_path,
+                                                                     capsys) -> None:
+    from treeroll.cli import main as treeroll_main
+    from treeroll.cli_ray import main as module_main
+
+    def main(args: list[str]) -> int:
+        return (treeroll_main(["ray-rollout", *args]) if entry.startswith("treeroll")
+                else module_main(args))
 
     out = tmp_path / "trees"
     assert main(["--workers", "0", "--out", str(out)]) == 2

@@ -120,8 +120,9 @@ def treerl(tree: RolloutTree, *, leaf_normalise: bool = True) -> dict[int, float
     ``leaf_normalise``, treeroll's reading of the paper's leaf-level normalisation, which keeps
     a turn shared by many leaves from weighing many times over. Nodes with no leaf of the group
     below them (dropped branches) get no value."""
-    rewards = np.array(leaf_rewards(tree), dtype=np.float64)
-    below = leaves_below(tree)
+    group = leaves(tree)
+    rewards = np.array(leaf_rewards(tree, group), dtype=np.float64)
+    below = leaves_below(tree, group)
     if not below:
         return {}
     count = {i: len(members) for i, members in below.items()}

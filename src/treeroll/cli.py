@@ -325,23 +325,34 @@ def cmd_compare(args: list[str]) -> int:
     return 0
 
 
+def cmd_ray_rollout(args: list[str]) -> int:
+    """``treeroll ray-rollout``: a batch of trees grown on Ray workers, saved as JSON."""
+    from treeroll.cli_ray import RayRolloutCommand, run_ray_rollout
+
+    command = _parse(RayRolloutCommand, args, RayRolloutCommand.__doc__ or "",
+                     command="ray-rollout")
+    return run_ray_rollout(command, console)
+
+
 COMMANDS = {"train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "rollout": cmd_rollout,
-            "show": cmd_show,
-            "compare": cmd_compare}
+            "show": cmd_show, "compare": cmd_compare, "ray-rollout": cmd_ray_rollout}
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``treeroll`` command."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: treeroll {train,sft,eval,rollout,show,compare} [--config FILE.yaml] "
+        print("usage: treeroll {train,sft,eval,rollout,show,compare,ray-rollout} "
+              "[--config FILE.yaml] "
               "[options]\n\n"
               "  train    train a policy on tree rollouts (default: FrozenLake, rLLM convention)\n"
               "  sft      supervised fine-tuning on an expert's episodes or a JSONL file\n"
               "  eval     held-out success of a run or a policy, with a 95% interval\n"
               "  rollout  build one tree, print it and save it as JSON (runs/rollouts/)\n"
               "  show     render a saved tree as PNG and HTML (beside the tree file)\n"
-              "  compare  strategies under one token budget, over seeds, in a report\n\n"
+              "  compare  strategies under one token budget, over seeds, in a report\n"
+              "  ray-rollout  a batch of trees grown on Ray workers (pip install "
+              "'treeroll[ray]')\n\n"
               "--config FILE.yaml: a YAML file of a command's settings (see configs/); the "
               "other options override it.\n"
               "treeroll COMMAND --help lists every option and its default.")

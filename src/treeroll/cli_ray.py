@@ -1,11 +1,12 @@
-"""``python -m treeroll.cli_ray``: a batch of rollout trees over Ray workers
+"""``treeroll ray-rollout``: a batch of rollout trees over Ray workers
 (:class:`treeroll.distributed.RayRollout`), saved one JSON file a tree.
 
-    python -m treeroll.cli_ray --workers 2 --tasks 16                  # a local cluster
-    python -m treeroll.cli_ray --address auto --workers 16 --tasks 256 # after `ray start`
-    python -m treeroll.cli_ray --help
+    treeroll ray-rollout --workers 2 --tasks 16                  # a local cluster
+    treeroll ray-rollout --address auto --workers 16 --tasks 256 # after `ray start`
+    treeroll ray-rollout --help
 
-(It becomes ``treeroll ray-rollout`` when the command line next changes.)"""
+``python -m treeroll.cli_ray`` runs the same command (kept for scripts written before it was
+a subcommand)."""
 
 from __future__ import annotations
 

@@ -37,6 +37,7 @@ from typing import Any
 from treeroll.backends.gguf import export_gguf
 from treeroll.backends.http import ServerError, get_json, map_concurrently, post_json
 from treeroll.backends.llamacpp_server import LlamaServer, server_binary, source_dir
+from treeroll.backends.weights import take_weights
 from treeroll.base import Completion, GenerationRequest, SamplingParams
 
 __all__ = ["LlamaCppBackend", "ManagedLlamaCpp", "managed", "remote"]
@@ -256,10 +257,7 @@ class ManagedLlamaCpp(LlamaCppBackend):
         """Take these weights (copied into the model unless they are its own tensors), write
         them as a new GGUF version and restart the server on it: a fresh process has no KV
         and no prompt cache, so nothing from the old weights can be served."""
-        own = self.model.state_dict()
-        if not all(k in own and v.data_ptr() == own[k].data_ptr()
-                   for k, v in state_dict.items()):
-            self.model.load_state_dict(state_dict)
+        take_weights(self.model, state_dict)
         self.reset_cache()
 
     def reset_cache(self) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from treeroll.backends.http import ServerError, post_json, post_text
+from treeroll.backends.weights import take_weights
 from treeroll.base import Completion, GenerationRequest, SamplingParams
 
 __all__ = ["SGLangBackend"]
@@ -132,10 +133,7 @@ class SGLangBackend:
         if self.model is None:
             raise ValueError("SGLangBackend.load_weights needs the model (pass model=...) "
                              "to write the weights in transformers format")
-        own = self.model.state_dict()
-        if not all(k in own and v.data_ptr() == own[k].data_ptr()
-                   for k, v in state_dict.items()):
-            self.model.load_state_dict(state_dict)
+        take_weights(self.model, state_dict)
         self.weight_version += 1
         root = self.weights_dir or Path(tempfile.mkdtemp(prefix="treeroll-sglang-"))
         self.weights_dir = root

@@ -1,0 +1,19 @@
+"""The one rule every backend that holds the policy's model follows on a weight update."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["take_weights"]
+
+
+def take_weights(model: Any, state_dict: Mapping[str, Any]) -> bool:
+    """Copy ``state_dict`` into ``model`` unless every tensor in it already is the model's
+    own (the trainer updated this very model in place: nothing to copy); returns whether it
+    copied."""
+    own = model.state_dict()
+    if all(k in own and v.data_ptr() == own[k].data_ptr() for k, v in state_dict.items()):
+        return False
+    model.load_state_dict(state_dict)
+    return True
