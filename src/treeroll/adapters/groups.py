@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from treeroll.advantages import token_credit, weighted
-from treeroll.base import Env, ProcessScorer
+from treeroll.base import Env, GenerationBackend, ProcessScorer
 from treeroll.config import TrainConfig, check_config
 from treeroll.formatting import TurnFormat
 from treeroll.plugins import (
@@ -153,21 +153,26 @@ class TreeGroups:
         since the last one). ``temperature`` overrides ``rollout.temperature`` (an adapter
         passes the trainer's, so that the recorded logprobs are those the trainer
         recomputes)."""
-        settings = self.rollout_config
-        if temperature is not None:
-            settings = replace(settings, temperature=float(temperature))
         policy = Policy(model, tokenizer, self.turn_format.view)
         was_training = model.training
         model.eval()
         try:
             with torch.no_grad():
                 backend = make_backend(self.config.backend, policy)
-                batch = rollout(list(tasks), self.make_env, backend, self.turn_format,
-                                self.strategy, config=settings, scorer=self.scorer, seed=seed,
-                                allocator=make_allocator(self.config.allocator, settings))
-                groups = [self._group(tree, backend, settings, seed) for tree in batch.trees]
+                return self.grow_on(backend, tasks, seed=seed, temperature=temperature)
         finally:
             model.train(was_training)
+
+    def grow_on(self, backend: GenerationBackend, tasks: Sequence[int], *, seed: int,
+                temperature: float | None = None) -> list[LeafGroup]:
+        """:meth:`grow` on a backend the trainer owns (verl's inference server, say)."""
+        settings = self.rollout_config
+        if temperature is not None:
+            settings = replace(settings, temperature=float(temperature))
+        batch = rollout(list(tasks), self.make_env, backend, self.turn_format, self.strategy,
+                        config=settings, scorer=self.scorer, seed=seed,
+                        allocator=make_allocator(self.config.allocator, settings))
+        groups = [self._group(tree, backend, settings, seed) for tree in batch.trees]
         self.calls += 1
         return groups
 
