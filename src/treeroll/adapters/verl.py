@@ -42,7 +42,6 @@ import itertools
 import threading
 import zlib
 from collections import OrderedDict
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,8 +55,9 @@ from verl.experimental.agent_loop.agent_loop import (
 )
 from verl.trainer.ppo.core_algos import register_adv_est
 
+from treeroll.adapters.async_backend import AsyncTokenBackend
 from treeroll.adapters.groups import LeafGroup, TreeGroups
-from treeroll.base import Completion, GenerationRequest, SamplingParams
+from treeroll.base import GenerationRequest, SamplingParams
 from treeroll.config import TrainConfig, load_config
 from treeroll.formatting import TurnFormat
 
@@ -65,62 +65,26 @@ __all__ = ["TreeAgentLoop", "TreeCoordinator", "VerlServerBackend", "agent_loop_
            "precomputed_advantage"]
 
 
-class VerlServerBackend:
-    """A treeroll :class:`~treeroll.base.GenerationBackend` over verl's ``server_manager``.
-
-    The engine runs in a worker thread (:meth:`TreeCoordinator.claim`); each request is sent
-    to the server on the agent loop's event loop (``loop``) and the batch's requests are
-    awaited together, so the server batches them. Prefix reuse is the server's (vLLM's
-    prefix cache, SGLang's radix tree); its cached-token counts are not reported to verl's
-    client, so ``cached_tokens`` is 0 and ``prefill_tokens`` the whole prompt.
-    """
+class VerlServerBackend(AsyncTokenBackend):
+    """A treeroll :class:`~treeroll.base.GenerationBackend` over verl's ``server_manager``
+    (:class:`~treeroll.adapters.async_backend.AsyncTokenBackend`): each request is one
+    ``server_manager.generate`` with verl's sampling parameters of the loop
+    (``sampling_params``: top-k, repetition penalty, ...), treeroll's on top, and
+    ``logprobs=True``."""
 
     def __init__(self, server_manager: Any, loop: asyncio.AbstractEventLoop,
                  sampling_params: dict[str, Any] | None = None) -> None:
-        self.server_manager, self.loop = server_manager, loop
+        super().__init__(loop)
+        self.server_manager = server_manager
         self.base_params = dict(sampling_params or {})
         self._ids = itertools.count()
-        self.requests = 0
 
-    def _params(self, request: GenerationRequest, params: SamplingParams) -> dict[str, Any]:
-        out = {**self.base_params, "temperature": params.temperature, "top_p": params.top_p,
-               "max_tokens": request.max_new_tokens or params.max_new_tokens,
-               "logprobs": True}
-        if params.stop_token_ids:
-            out["stop_token_ids"] = list(params.stop_token_ids)
-        if request.seed is not None:
-            out["seed"] = int(request.seed) % 2**31
-        return out
-
-    async def _generate(self, requests: Sequence[GenerationRequest],
-                        params: SamplingParams) -> list[Any]:
-        return list(await asyncio.gather(*(
-            self.server_manager.generate(f"treeroll-{next(self._ids)}",
-                                         prompt_ids=list(r.prompt_ids),
-                                         sampling_params=self._params(r, params))
-            for r in requests)))
-
-    def generate(self, requests: Sequence[GenerationRequest],
-                 params: SamplingParams) -> list[Completion]:
-        """Send the requests to verl's server and wait for all of them (token ids out)."""
-        outputs = asyncio.run_coroutine_threadsafe(self._generate(requests, params),
-                                                   self.loop).result()
-        self.requests += len(requests)
-        completions = []
-        for request, output in zip(requests, outputs, strict=True):
-            ids = list(output.token_ids)
-            logprobs = list(output.log_probs) if output.log_probs is not None else None
-            if logprobs is None or len(logprobs) != len(ids):
-                raise ValueError("verl's server returned no logprobs for a treeroll request: "
-                                 "treeroll sends logprobs=True; check the rollout server")
-            stopped = bool(ids) and ids[-1] in params.stop_token_ids
-            completions.append(Completion(token_ids=ids, logprobs=[float(x) for x in logprobs],
-                                          finish_reason="stop" if stopped else "length",
-                                          prefill_tokens=len(request.prompt_ids)))
-        return completions
-
-    def reset_cache(self) -> None:
-        """Nothing to do: verl flushes its server's cache when it syncs weights."""
+    async def send(self, request: GenerationRequest, params: SamplingParams) -> Any:
+        """One ``server_manager.generate`` call (verl's ``TokenOutput`` back)."""
+        options = {**self.base_params, **self.options(request, params), "logprobs": True}
+        return await self.server_manager.generate(f"treeroll-{next(self._ids)}",
+                                                  prompt_ids=list(request.prompt_ids),
+                                                  sampling_params=options)
 
 
 @dataclass
