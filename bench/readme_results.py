@@ -403,6 +403,23 @@ Two Ray workers (one CPU and one torch thread each) make {rs['speedup_2_over_1']
 2-core machine, and every tree is the one-process tree (`identical_to_local`: {str(rs['identical_to_local']).lower()}).
 """)
 
+if "trl_adapter_quick" in R:
+    ta = res("trl_adapter_quick")
+    w(f"""#### TRL's GRPOTrainer with treeroll's rollout_func (`bench/trl_adapter.py --quick`, rLLM convention, the shipped base)
+
+Three runs of TRL's real `GRPOTrainer` on the same prompts ({ta['tasks_per_step']} tasks x {ta['num_generations']} completions per step, {ta['steps']} steps each):
+TRL's own generation, treeroll's `rollout_func` with independent chains, and with Tree-GRPO trees.
+
+{quote('trl_adapter_quick', ['tree_over_trl_tokens_per_completion', 'tree_over_chain_tokens_per_completion', 'tree_tokens_per_completion', 'chain_tokens_per_completion', 'trl_tokens_per_completion', 'model_tokens_per_row_tree', 'tree_wall_per_step', 'chain_wall_per_step', 'trl_wall_per_step', 'tree_rollout_per_step', 'chain_rollout_per_step'])}
+
+A tree row holds {ta['model_tokens_per_row_tree']:.1f} model tokens but costs {ta['tree_tokens_per_completion']:.1f} generated tokens ({ta['tree_over_chain_tokens_per_completion']:.2f}× a chain's
+{ta['chain_tokens_per_completion']:.1f}): shared turns are generated once. TRL's own generation cannot step the environment (its
+multi-turn hook needs a chat template with tool calls, which the tiny policy lacks), so its
+{ta['trl_tokens_per_completion']:.1f} tokens per completion are one reply, not an episode: `tree_over_trl_tokens_per_completion`
+({ta['tree_over_trl_tokens_per_completion']:.2f}) compares a whole multi-turn episode with a single first reply. Wall per step:
+tree {ta['tree_wall_per_step']:.2f} s, chain {ta['chain_wall_per_step']:.2f} s, TRL {ta['trl_wall_per_step']:.2f} s; four steps on two tasks are noisy.
+""")
+
 text = (ROOT / "README.md").read_text()
 start = text.index("## Results")
 end = text.index("## `treeroll sft`, policy folders and views")

@@ -18,7 +18,12 @@ from typing import Any
 import pytest
 
 from treeroll.adapters.groups import TreeGroups
-from treeroll.adapters.rllm import RLLMEngineBackend, episode_fields, tree_episode
+from treeroll.adapters.rllm import (
+    RLLMEngineBackend,
+    engine_sampling,
+    episode_fields,
+    tree_episode,
+)
 from treeroll.backends.hf import HFBackend
 from treeroll.base import GenerationRequest, SamplingParams
 from treeroll.config import TrainConfig
@@ -69,8 +74,10 @@ def grow_on_fake_engine(policy, group_size: int = 4):  # type: ignore[no-untyped
 
 def test_an_episode_holds_one_trajectory_per_leaf_with_one_step_per_turn(policy):
     group, engine = grow_on_fake_engine(policy)
-    episode = episode_fields(group, "task13:0", {"task_seed": 13})
+    episode = episode_fields(group, "task13:0", {"task_seed": 13}, advantage=True)
     assert episode["id"] == "task13:0" and len(episode["trajectories"]) == 4
+    plain = episode_fields(group, "task13:0", {"task_seed": 13})
+    assert all(s["advantage"] is None for t in plain["trajectories"] for s in t["steps"])
     credits = group.scalar_credit()
     for trajectory, leaf_row, credit in zip(episode["trajectories"], group.trajectories,
                                             credits, strict=True):
@@ -125,3 +132,13 @@ def test_the_real_rllm_episode_validates_and_names_its_task(policy):
     assert episode.task_id == "task13" and len(episode.trajectories) == 4
     first = episode.trajectories[0].steps[0]
     assert first.model_output.prompt_ids == group.tree.root.observation_ids
+
+
+def test_the_tree_samples_at_the_engines_own_temperature_and_top_p():
+    engine = SimpleNamespace(is_validation=False,
+                             train_sampling_params={"temperature": 0.7, "top_p": 0.95},
+                             val_sampling_params={"temperature": 0.0, "top_p": 1.0})
+    assert engine_sampling(engine) == (0.7, 0.95)
+    engine.is_validation = True
+    assert engine_sampling(engine) == (0.0, 1.0)
+    assert engine_sampling(SimpleNamespace()) == (None, None)

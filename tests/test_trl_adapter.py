@@ -23,7 +23,7 @@ from treeroll.advantages import grpo
 from treeroll.config import TrainConfig
 from treeroll.policies import load_policy
 from treeroll.strategies import Chain
-from treeroll.tree import RolloutTree, path_to
+from treeroll.tree import RolloutTree, leaves, path_to
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
@@ -74,11 +74,21 @@ def test_trl_grpo_trainer_trains_on_tree_leaves_with_environment_tokens_masked(p
         seen.append({"out": out, "groups": list(rollout_func.last_groups)})
         return out
 
+    rewarded: list[list[float]] = []
+
+    def reward(completions, tree_reward, **kwargs):  # type: ignore[no-untyped-def]
+        rewarded.append(list(tree_reward))
+        return env_reward(completions, tree_reward, **kwargs)
+
     trainer = GRPOTrainer(model=model, processing_class=policy.tokenizer,
-                          reward_funcs=env_reward, rollout_func=recording,
+                          reward_funcs=reward, rollout_func=recording,
                           train_dataset=dataset, args=args)
     trainer.train()
     assert len(seen) == 3
+    assert rewarded == [call["out"]["tree_reward"] for call in seen], (
+        "TRL's reward function did not get the rows' rewards in row order")
+    for call in seen:
+        assert call["out"]["tree_reward"] == [r for g in call["groups"] for r in g.rewards]
     changed = [k for k in before if not torch.equal(before[k], model.state_dict()[k])]
     assert changed, "no parameter changed in three TRL steps"
     shared_rows = 0
@@ -150,26 +160,50 @@ def test_a_tree_with_more_leaves_keeps_one_per_first_turn_branch_before_a_second
 
 
 def test_tree_credit_is_the_estimators_advantage_over_the_whole_tree(policy):
-    config = settings("chain")
+    config = settings("chain", max_leaves=6)
     config = replace(config, strategy=replace(config.strategy, chain=Chain(group_size=6)))
-    groups = TreeGroups(config, policy.turn_format(), group_size=6)
+    groups = TreeGroups(config, policy.turn_format(), group_size=4)
     group = groups.grow([5], policy.model, policy.tokenizer, seed=1)[0]
-    rows = {"completions": [None] * 6, "tree_reward": group.rewards,
+    everyone = leaves(group.tree)
+    assert len(everyone) == 6 and len(group.leaves) == 4
+    whole_tree = grpo(group.tree)  # over all 6 leaves, not only the 4 handed over
+    chosen = [everyone.index(leaf) for leaf in group.leaves]
+    rows = {"completions": [None] * 4, "tree_reward": group.rewards,
             "tree_credit": group.scalar_credit()}
-    np.testing.assert_allclose(tree_credit(**rows), grpo(group.tree), atol=1e-12)
-    assert env_reward(**rows) == group.rewards
+    np.testing.assert_allclose(tree_credit(**rows), whole_tree[chosen], atol=1e-12)
+    assert env_reward(**rows) == [sum(n.reward for n in path_to(leaf)) for leaf in group.leaves]
 
 
 def test_rollout_func_refuses_bad_input_naming_it(policy):
     rollout_func = TreeRolloutFunc(settings(), policy.turn_format(), num_generations=4)
     good = repeated(rollout_func, [1], 4)
-    with pytest.raises(ValueError, match="not a multiple of num_generations=4"):
+    with pytest.raises(ValueError, match=r"not a multiple of num_generations(_eval)?=4: "
+                                         r"make per_device_train_batch_size"):
         rollout_func(good[:3], fake_trainer(policy))
     with pytest.raises(ValueError, match="'an unknown prompt'"):
         rollout_func(["an unknown prompt"] * 4, fake_trainer(policy))
     with pytest.raises(ValueError, match="mixes prompts"):
         rollout_func(good[:2] + repeated(rollout_func, [2], 2), fake_trainer(policy))
-    with pytest.raises(ValueError, match=r"top_p is 0\.9"):
+    with pytest.raises(ValueError, match=r"GRPOConfig top_p=0\.9 \(use 1\.0\)"):
         rollout_func(good, fake_trainer(policy, top_p=0.9))
+    one_text = SimpleNamespace(reset=lambda seed: "the same first observation")
+    same = TreeRolloutFunc(settings(), policy.turn_format(), num_generations=4,
+                           make_env=lambda: one_text)
+    assert same.prompt_of(1) == same.prompt_of(1)
+    with pytest.raises(ValueError, match="task seeds 1 and 2 give the same prompt"):
+        same.prompt_of(2)
     with pytest.raises(ValueError, match="group_size is 0"):
         TreeRolloutFunc(settings(), policy.turn_format(), num_generations=0)
+
+
+def test_the_trl_example_script_trains_as_documented(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "examples/trl_grpo.py", "--steps", "2"], cwd=root,
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "'step': 2" in done.stdout.splitlines()[-1]

@@ -60,12 +60,17 @@ def policy():  # type: ignore[no-untyped-def]
     return load_policy("frozenlake-tiny")
 
 
-def make_loop(policy, server: FakeServer, n: int, config_path: str) -> Any:
+def trainer_config(n: int, response_length: int = 512) -> DictConfigWrap:
+    """The part of verl's trainer config an agent loop reads."""
+    return DictConfigWrap(config=SimpleNamespace(actor_rollout_ref=SimpleNamespace(
+        rollout=SimpleNamespace(n=n, prompt_length=512, response_length=response_length))))
+
+
+def make_loop(policy, server: FakeServer, n: int, config_path: str,
+              response_length: int = 512) -> Any:
     """A TreeAgentLoop built with the arguments verl's AgentLoopWorker passes."""
-    trainer_config = DictConfigWrap(config=SimpleNamespace(
-        actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(n=n, prompt_length=512,
-                                                                  response_length=512))))
-    return tree_verl.TreeAgentLoop(trainer_config=trainer_config, server_manager=server,
+    return tree_verl.TreeAgentLoop(trainer_config=trainer_config(n, response_length),
+                                   server_manager=server,
                                    tokenizer=policy.tokenizer, processor=None,
                                    dataset_cls=None, data_config=DictConfigWrap(config={}),
                                    treeroll_config=config_path)
@@ -80,9 +85,33 @@ def config_path(tmp_path):  # type: ignore[no-untyped-def]
 
 
 def test_the_agent_loop_is_registered_under_its_name_with_verl():
-    assert _agent_loop_registry["treeroll_tree"] == {
-        "_target_": "treeroll.adapters.verl.TreeAgentLoop"}
+    assert _agent_loop_registry["treeroll_tree"]["_target_"] == (
+        "treeroll.adapters.verl.TreeAgentLoop")
     assert get_adv_estimator_fn("treeroll_precomputed") is tree_verl.precomputed_advantage
+
+
+def test_a_registry_entry_from_verls_yaml_keeps_its_settings_through_hydra(policy,
+                                                                           config_path):
+    import hydra.utils
+
+    saved = dict(_agent_loop_registry["treeroll_tree"])
+    entry = {"_target_": "treeroll.adapters.verl.TreeAgentLoop",
+             "treeroll_config": config_path, "credit_as_reward": True}
+    _agent_loop_registry["treeroll_tree"] = entry  # what verl's worker loads from the YAML
+    try:
+        tree_verl._register()  # the module's import-time registration must not replace it
+        assert _agent_loop_registry["treeroll_tree"] == entry
+        server = FakeServer(policy)
+        loops = [hydra.utils.instantiate(
+            config=_agent_loop_registry["treeroll_tree"], trainer_config=trainer_config(4),
+            server_manager=server, tokenizer=policy.tokenizer, processor=None,
+            dataset_cls=None, data_config=DictConfigWrap(config={}), tools=None)
+            for _ in range(2)]
+        assert all(loop.credit_as_reward for loop in loops)
+        assert loops[0].coordinator is loops[1].coordinator
+        assert loops[0].coordinator.groups.config.strategy.name == "tree_grpo"
+    finally:
+        _agent_loop_registry["treeroll_tree"] = saved
 
 
 def test_a_groups_n_agent_loops_get_the_n_leaves_of_one_tree(policy, config_path):
@@ -99,9 +128,8 @@ def test_a_groups_n_agent_loops_get_the_n_leaves_of_one_tree(policy, config_path
 
     outputs = asyncio.run(samples())
     assert all(isinstance(o, AgentLoopOutput) for o in outputs)
-    for block in (outputs[:n], outputs[n:]):
-        trees = {o.extra_fields["tree_uid"] for o in block}
-        assert len(trees) == 1, "one group's loops read different trees"
+    for block, uid in ((outputs[:n], "uid-21"), (outputs[n:], "uid-22")):
+        assert {o.extra_fields["tree_uid"] for o in block} == {uid}
         paths = [tuple(o.extra_fields["tree_node_path"]) for o in block]
         assert len(set(paths)) == n, "two loops of a group got the same leaf"
         for o in block:
@@ -155,7 +183,32 @@ def test_more_loops_than_the_group_size_name_the_uid(policy, config_path):
         loops = [make_loop(policy, server, 2, config_path) for _ in range(3)]
         for loop in loops:
             await loop.run({"temperature": 1.0, "top_p": 1.0}, uid="u-9", index=9,
-                           raw_prompt=[])
+                           raw_prompt=[], extra_info={"task_seed": 9})
 
     with pytest.raises(ValueError, match="uid 'u-9': claim 3 of a group of 2"):
         asyncio.run(samples())
+
+
+def test_a_row_without_a_task_seed_is_refused_naming_its_keys(policy, config_path):
+    loop = make_loop(policy, FakeServer(policy), 2, config_path)
+    with pytest.raises(ValueError, match=r"uid 'u-1': the dataset row has no "
+                                         r"extra_info.task_seed \(its keys: \['index', "
+                                         r"'raw_prompt', 'uid'\]"):
+        asyncio.run(loop.run({"temperature": 1.0, "top_p": 1.0}, uid="u-1", index=0,
+                             raw_prompt=[]))
+
+
+def test_a_response_longer_than_verls_response_length_is_cut_to_it(policy):
+    config = TrainConfig()
+    config = replace(config, env=replace(config.env, name="frozenlake_rllm"),
+                     strategy=replace(config.strategy, name="tree_grpo"))
+    group = tree_verl.TreeGroups(config, policy.turn_format(), group_size=4).grow(
+        [7], policy.model, policy.tokenizer, seed=0)[0]
+    longest = max(range(4), key=lambda i: len(group.trajectories[i].response_ids))
+    full = group.trajectories[longest]
+    out = tree_verl.agent_loop_output(group, longest, response_length=5)
+    assert out.response_ids == full.response_ids[:5] and len(out.response_mask) == 5
+    assert out.response_logprobs == full.response_logprobs[:5]
+    assert out.extra_fields["tree_cut"] == len(full.response_ids) - 5
+    with pytest.raises(ValueError, match=r"more than rollout.prompt_length=3"):
+        tree_verl.agent_loop_output(group, longest, prompt_length=3)

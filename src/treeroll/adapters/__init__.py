@@ -3,7 +3,7 @@
 Every adapter is a thin shell over :class:`treeroll.adapters.groups.TreeGroups`, which grows
 one tree per task with the model the trainer is training and hands back exactly the group
 size the trainer expects, each leaf as token ids with its environment mask and its sampling
-logprobs (token in, token out: nothing is re-tokenised). See ``docs/trainers.md``.
+logprobs (token in, token out: nothing is re-tokenised). See ``docs/trainers/``.
 
 - :mod:`treeroll.adapters.trl`: a ``rollout_func`` for TRL's ``GRPOTrainer``;
 - :mod:`treeroll.adapters.verl`: a verl agent loop fed by a per-group tree coordinator, and a

@@ -61,9 +61,12 @@ class AsyncTokenBackend:
             ids = [int(t) for t in output.token_ids]
             logprobs = output.log_probs
             if logprobs is None or len(logprobs) != len(ids):
-                raise ValueError(f"{type(self).__name__}: the engine returned no logprob per "
-                                 "token; treeroll asks for them (trees record the sampling "
-                                 "logprobs): check the engine's logprob settings")
+                got = "none" if logprobs is None else str(len(logprobs))
+                stop = getattr(output, "stop_reason", None)
+                raise ValueError(f"{type(self).__name__}: the engine returned {len(ids)} tokens "
+                                 f"and {got} logprobs (stop reason {stop!r}); trees record a "
+                                 "sampling logprob per token: check the engine's logprob "
+                                 "settings, or whether the request was aborted")
             stopped = bool(ids) and ids[-1] in params.stop_token_ids
             completions.append(Completion(token_ids=ids, logprobs=[float(x) for x in logprobs],
                                           finish_reason="stop" if stopped else "length",

@@ -15,11 +15,17 @@ for more, to explore wider), then makes every group exactly ``G``:
   sees them. treeroll chose top-up chains over repeating a leaf, which would weight it twice.
 
 The credit treeroll's estimator gives each leaf (``advantage.*``, on the whole tree) comes with
-the group, for trainers that accept a precomputed advantage.
+the group, for trainers that accept a precomputed advantage. A process scorer that learns from
+finished trees (``value``) is not updated here: ``treeroll train`` calls its ``observe``, an
+external trainer does not.
 """
 
 from __future__ import annotations
 
+import copy
+import json
+import threading
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -39,12 +45,12 @@ from treeroll.plugins import (
     make_strategy,
     scorer_name_for,
 )
-from treeroll.policies import Policy
+from treeroll.policies import Policy, resolve_policy
 from treeroll.rollout import RolloutConfig, rollout
 from treeroll.strategies import Chain
 from treeroll.tree import Node, RolloutTree, Trajectory, export_trajectories, leaves, path_to
 
-__all__ = ["LeafGroup", "TreeGroups", "choose_leaves", "graft"]
+__all__ = ["LeafGroup", "TreeGroups", "choose_leaves", "graft", "policy_view", "seed_for"]
 
 _COPIED = ("action_ids", "action_logprobs", "action_text", "observation_ids",
            "observation_text", "reward", "terminated", "truncated", "status", "note", "score",
@@ -66,6 +72,10 @@ class LeafGroup:
     topped_up: int = 0
     """How many of the leaves are top-up chains (the tree had fewer than ``G``)."""
 
+    def is_top_up(self, index: int) -> bool:
+        """Whether row ``index`` is a top-up chain."""
+        return bool(self.leaves[index].info.get("top_up", False))
+
     @property
     def rewards(self) -> list[float]:
         """Each row's environment reward (the sum of its path's turn rewards)."""
@@ -82,6 +92,26 @@ class LeafGroup:
             else:
                 out.append(float(value))
         return out
+
+
+def policy_view(config: TrainConfig) -> str:
+    """The observation view the adapters' turn format uses: ``policy.view``, else the one
+    recorded in ``policy.init``'s folder (its ``treeroll.json``; the weights are not read),
+    else ``plain``."""
+    if config.policy.view is not None:
+        return config.policy.view
+    if config.policy.init is None:
+        return "plain"
+    meta = resolve_policy(config.policy.init) / "treeroll.json"
+    view: str = json.loads(meta.read_text()).get("view", "plain") if meta.is_file() else "plain"
+    return view
+
+
+def seed_for(group: str, task_seed: int) -> int:
+    """A reproducible rollout seed for a trainer's group id (verl's ``uid``, rLLM's episode
+    id) and task: CRC-32 of the id, not Python's ``hash`` (salted per process)."""
+    state = np.random.SeedSequence([zlib.crc32(group.encode()), int(task_seed)])
+    return int(state.generate_state(1)[0])
 
 
 def choose_leaves(tree: RolloutTree, group_size: int) -> list[Node]:
@@ -145,35 +175,43 @@ class TreeGroups:
 
             self.scorer = make_scorer(replace(config.scorer, name=name))
         self.calls = 0
+        """Finished :meth:`grow_on` calls (an adapter seeds its next call with it)."""
+        self._lock = threading.Lock()
 
     def grow(self, tasks: Sequence[int], model: Any, tokenizer: Any, *, seed: int,
-             temperature: float | None = None) -> list[LeafGroup]:
+             temperature: float | None = None, top_p: float | None = None) -> list[LeafGroup]:
         """One :class:`LeafGroup` of exactly ``group_size`` leaves per task seed in ``tasks``,
         sampled from ``model`` as it is now (a fresh backend per call: the weights changed
-        since the last one). ``temperature`` overrides ``rollout.temperature`` (an adapter
-        passes the trainer's, so that the recorded logprobs are those the trainer
-        recomputes)."""
+        since the last one). ``temperature`` and ``top_p`` override ``rollout.*`` (an adapter
+        passes the trainer's, so that the recorded logprobs are those of the distribution the
+        trainer samples and recomputes)."""
         policy = Policy(model, tokenizer, self.turn_format.view)
         was_training = model.training
         model.eval()
         try:
             with torch.no_grad():
                 backend = make_backend(self.config.backend, policy)
-                return self.grow_on(backend, tasks, seed=seed, temperature=temperature)
+                return self.grow_on(backend, tasks, seed=seed, temperature=temperature,
+                                    top_p=top_p)
         finally:
             model.train(was_training)
 
     def grow_on(self, backend: GenerationBackend, tasks: Sequence[int], *, seed: int,
-                temperature: float | None = None) -> list[LeafGroup]:
+                temperature: float | None = None,
+                top_p: float | None = None) -> list[LeafGroup]:
         """:meth:`grow` on a backend the trainer owns (verl's inference server, say)."""
         settings = self.rollout_config
         if temperature is not None:
             settings = replace(settings, temperature=float(temperature))
-        batch = rollout(list(tasks), self.make_env, backend, self.turn_format, self.strategy,
+        if top_p is not None:
+            settings = replace(settings, top_p=float(top_p))
+        strategy = copy.deepcopy(self.strategy)  # calls may run side by side (verl's loops)
+        batch = rollout(list(tasks), self.make_env, backend, self.turn_format, strategy,
                         config=settings, scorer=self.scorer, seed=seed,
                         allocator=make_allocator(self.config.allocator, settings))
         groups = [self._group(tree, backend, settings, seed) for tree in batch.trees]
-        self.calls += 1
+        with self._lock:
+            self.calls += 1
         return groups
 
     def _group(self, tree: RolloutTree, backend: Any, settings: RolloutConfig,

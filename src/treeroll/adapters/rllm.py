@@ -13,9 +13,11 @@ Each leaf is a trajectory of one step per turn: the step's ``prompt_ids`` are th
 context before the turn (each step's prompt extends the previous step's prompt and response,
 so rLLM's verl transform merges them into one row, observation tokens masked), its
 ``response_ids`` and ``logprobs`` the turn's sampled action, its ``reward`` the turn's
-environment reward, and its ``advantage`` treeroll's credit of the leaf (a float: rLLM's verl
-path takes one per trajectory; enable ``rllm.algorithm.use_precomputed_advantage`` to train
-on it, else rLLM's own estimator replaces it). The trajectory's ``reward`` is the leaf's.
+environment reward; with ``precomputed_advantage=True`` its ``advantage`` is treeroll's
+credit of the leaf (a float), for ``rllm.algorithm.use_precomputed_advantage`` on rLLM's
+tinker backend (at 9beb6e0 its verl backend turns the float into a per-token list and then
+calls ``float`` on it: a TypeError; leave it off there and rLLM's estimator decides). The
+trajectory's ``reward`` is the leaf's. Sampling uses the engine's own temperature and top-p.
 
 rLLM is not on the package registries (``pip install rllm`` finds nothing), so the tests here
 check :func:`episode_fields` (rLLM's field names, as plain data) and drive the workflow's
@@ -25,18 +27,16 @@ backend with a fake engine; the real classes are used when rLLM is importable.
 from __future__ import annotations
 
 import asyncio
-import zlib
 from typing import Any
 
-import numpy as np
-
 from treeroll.adapters.async_backend import AsyncTokenBackend
-from treeroll.adapters.groups import LeafGroup, TreeGroups
+from treeroll.adapters.groups import LeafGroup, TreeGroups, policy_view, seed_for
 from treeroll.base import GenerationRequest, SamplingParams
 from treeroll.config import TrainConfig, load_config
 from treeroll.tree import context_ids, path_to
 
-__all__ = ["RLLMEngineBackend", "episode_fields", "tree_episode"]  # and TreeWorkflow (lazy)
+__all__ = ["RLLMEngineBackend", "engine_sampling", "episode_fields",
+           "tree_episode"]  # and TreeWorkflow (made on first access)
 
 TRAJECTORY_NAME = "treeroll"
 """The name of every trajectory of a tree's episode (one rLLM group per task)."""
@@ -61,14 +61,17 @@ class RLLMEngineBackend(AsyncTokenBackend):
             token_input=list(request.prompt_ids), **self.options(request, params))
 
 
-def episode_fields(group: LeafGroup, uid: str, task: Any = None) -> dict[str, Any]:
+def episode_fields(group: LeafGroup, uid: str, task: Any = None, *,
+                   advantage: bool = False) -> dict[str, Any]:
     """rLLM's ``Episode`` of ``group`` as plain data (rLLM's field names; ``model_output``
-    holds ``ModelOutput``'s token fields): one trajectory per leaf, one step per turn."""
+    holds ``ModelOutput``'s token fields): one trajectory per leaf, one step per turn.
+    ``advantage``: set each step's ``advantage`` to treeroll's credit of its leaf (else
+    None, and rLLM's own estimator decides)."""
     if ":" not in uid:
         raise ValueError(f"uid {uid!r}: rLLM episode ids are 'task_id:rollout_idx'")
-    trajectories = []
-    for leaf, trajectory, credit in zip(group.leaves, group.trajectories,
-                                        group.scalar_credit(), strict=True):
+    trajectories: list[dict[str, Any]] = []
+    rows = zip(group.leaves, group.trajectories, group.scalar_credit(), strict=True)
+    for index, (leaf, trajectory, credit) in enumerate(rows):
         steps = []
         path = path_to(leaf)
         for node in path[1:]:
@@ -77,7 +80,7 @@ def episode_fields(group: LeafGroup, uid: str, task: Any = None) -> dict[str, An
             steps.append({
                 "prompt_ids": prompt, "response_ids": list(node.action_ids),
                 "logprobs": list(node.action_logprobs), "reward": float(node.reward),
-                "done": node is leaf, "advantage": float(credit),
+                "done": node is leaf, "advantage": float(credit) if advantage else None,
                 "observation": node.parent.observation_text,
                 "model_response": node.action_text,
                 "model_output": {"prompt_ids": prompt, "completion_ids": list(node.action_ids),
@@ -91,7 +94,7 @@ def episode_fields(group: LeafGroup, uid: str, task: Any = None) -> dict[str, An
             "name": TRAJECTORY_NAME, "task": task, "steps": steps,
             "reward": float(trajectory.reward),
             "metadata": {"tree_node_path": list(trajectory.node_path),
-                         "top_up": bool(leaf.info.get("top_up", False))},
+                         "top_up": group.is_top_up(index)},
         })
     return {"id": uid, "task": task, "trajectories": trajectories,
             "is_correct": any(t.success for t in group.trajectories),
@@ -100,19 +103,32 @@ def episode_fields(group: LeafGroup, uid: str, task: Any = None) -> dict[str, An
             "metadata": {"tree_id": group.tree.tree_id, "task_seed": group.tree.task_seed}}
 
 
-def tree_episode(group: LeafGroup, uid: str, task: Any = None) -> Any:
+def tree_episode(group: LeafGroup, uid: str, task: Any = None, *,
+                 advantage: bool = False) -> Any:
     """rLLM's real ``Episode`` of ``group`` (needs rLLM importable; see :func:`episode_fields`
     for the layout)."""
     from rllm.engine.rollout.rollout_engine import ModelOutput
     from rllm.types import Episode, Step, Trajectory
 
-    fields = episode_fields(group, uid, task)
+    fields = episode_fields(group, uid, task, advantage=advantage)
     trajectories = []
     for t in fields["trajectories"]:
         steps = [Step(**{**s, "model_output": ModelOutput(**s["model_output"])})
                  for s in t["steps"]]
         trajectories.append(Trajectory(**{**t, "steps": steps}))
     return Episode(**{**fields, "trajectories": trajectories})
+
+
+def engine_sampling(engine: Any) -> tuple[float | None, float | None]:
+    """The rollout engine's own temperature and top-p (its validation ones while it
+    validates), so that the tree samples the distribution the trainer recomputes; None where
+    the engine has none."""
+    params = (getattr(engine, "val_sampling_params", None) if getattr(engine, "is_validation",
+                                                                      False)
+              else getattr(engine, "train_sampling_params", None)) or {}
+    temperature, top_p = params.get("temperature"), params.get("top_p")
+    return (None if temperature is None else float(temperature),
+            None if top_p is None else float(top_p))
 
 
 def _make_workflow() -> type:
@@ -126,30 +142,34 @@ def _make_workflow() -> type:
     class TreeWorkflow(Workflow):
         """An rLLM workflow whose episode is one treeroll tree (module docstring):
         ``treeroll_config`` a treeroll YAML (None: the defaults), ``group_size`` the leaves
-        per task; the task dict gives the environment's seed as ``task_seed``."""
+        per task, ``precomputed_advantage`` sets the steps' ``advantage`` to treeroll's
+        credit; the task dict gives the environment's seed as ``task_seed``."""
 
         def __init__(self, rollout_engine: Any, executor: Any, *,
                      treeroll_config: str | None = None, group_size: int = 8,
-                     **kwargs: Any) -> None:
+                     precomputed_advantage: bool = False, **kwargs: Any) -> None:
             super().__init__(rollout_engine, executor, **kwargs)
             from treeroll.formatting import TurnFormat
-            from treeroll.policies import load_policy
 
             config = (load_config(treeroll_config) if treeroll_config is not None
                       else TrainConfig())
-            view = load_policy(config.policy.init).view if config.policy.init else "plain"
-            turn_format = TurnFormat(rollout_engine.tokenizer, view=config.policy.view or view)
+            turn_format = TurnFormat(rollout_engine.tokenizer, view=policy_view(config))
             self.groups = TreeGroups(config, turn_format, group_size=group_size)
+            self.precomputed_advantage = precomputed_advantage
 
         async def run(self, task: dict[str, Any], uid: str, **kwargs: Any) -> Any:
             """Grow the task's tree on the rollout engine; one episode of its leaves."""
             self.reset(task=task, uid=uid)
+            if "task_seed" not in task:
+                raise ValueError(f"episode {uid!r}: the task has no task_seed (its keys: "
+                                 f"{sorted(task)}); treeroll needs the environment's seed")
             seed = int(task["task_seed"])
             backend = RLLMEngineBackend(self.rollout_engine, asyncio.get_running_loop())
-            state = np.random.SeedSequence([zlib.crc32(uid.encode()), seed])
+            temperature, top_p = engine_sampling(self.rollout_engine)
             groups = await asyncio.to_thread(self.groups.grow_on, backend, [seed],
-                                             seed=int(state.generate_state(1)[0]))
-            return tree_episode(groups[0], uid, task)
+                                             seed=seed_for(uid, seed),
+                                             temperature=temperature, top_p=top_p)
+            return tree_episode(groups[0], uid, task, advantage=self.precomputed_advantage)
 
     TreeWorkflow.__module__ = __name__
     TreeWorkflow.__qualname__ = "TreeWorkflow"

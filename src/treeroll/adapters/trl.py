@@ -55,19 +55,28 @@ class TreeRolloutFunc:
     def __init__(self, config: TrainConfig, turn_format: TurnFormat, *, num_generations: int,
                  seed: int = 0, make_env: Callable[[], Env] | None = None,
                  scorer: ProcessScorer | None = None) -> None:
+        self.config, self.turn_format = config, turn_format
+        self.make_env, self.scorer = make_env, scorer
         self.groups = TreeGroups(config, turn_format, group_size=num_generations,
                                  make_env=make_env, scorer=scorer)
+        self._by_size = {num_generations: self.groups}
         self.num_generations = num_generations
         self.seed = seed
         self._tasks: dict[str, int] = {}
+        self._last_step: tuple[int, str] | None = None
+        self._calls_at_step = 0
         self.last_groups: list[LeafGroup] = []
 
     def prompt_of(self, task_seed: int) -> str:
         """The prompt text of task ``task_seed`` (its first observation), remembered so that
-        a later call maps it back to the task."""
+        a later call maps it back to the task; another seed with the same prompt is an error
+        (TRL hands over prompts only, so the two could not be told apart)."""
         env = self.groups.make_env()
         text = env.reset(int(task_seed))
-        self._tasks.setdefault(text, int(task_seed))
+        known = self._tasks.setdefault(text, int(task_seed))
+        if known != int(task_seed):
+            raise ValueError(f"task seeds {known} and {task_seed} give the same prompt; "
+                             "TRL passes only the prompt to rollout_func, so keep one of them")
         return text
 
     def task_of(self, prompt: Any) -> int:
@@ -80,31 +89,59 @@ class TreeRolloutFunc:
                              "this TreeRolloutFunc: build the dataset with task_dataset(...)")
         return self._tasks[text]
 
+    def _groups(self, size: int) -> TreeGroups:
+        if size not in self._by_size:  # TRL's num_generations_eval
+            self._by_size[size] = TreeGroups(self.config, self.turn_format, group_size=size,
+                                             make_env=self.make_env, scorer=self.scorer)
+        return self._by_size[size]
+
+    def _seed(self, trainer: Any, mode: str) -> int:
+        """``SeedSequence([seed, global step, process, train/eval, call at this step])``:
+        the same on a resumed run as on the uninterrupted one."""
+        step = int(getattr(getattr(trainer, "state", None), "global_step", 0))
+        self._calls_at_step = self._calls_at_step + 1 if self._last_step == (step, mode) else 0
+        self._last_step = (step, mode)
+        process = int(getattr(getattr(trainer, "accelerator", None), "process_index", 0))
+        state = np.random.SeedSequence([self.seed, step, process, mode == "eval",
+                                        self._calls_at_step])
+        return int(state.generate_state(1)[0])
+
     def __call__(self, prompts: Sequence[Any], trainer: Any) -> dict[str, Any]:
         """Grow the trees for ``prompts`` (blocks of ``num_generations`` repeats) and return
         TRL's rollout dict, one row per entry of ``prompts``."""
-        g = self.num_generations
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        mode = "train" if model.training else "eval"
+        g = self.num_generations if mode == "train" else int(
+            getattr(trainer, "num_generations_eval", None) or self.num_generations)
+        _check_sampling(trainer.args)
         if len(prompts) % g:
             raise ValueError(f"rollout_func got {len(prompts)} prompts, not a multiple of "
-                             f"num_generations={g}: TRL repeats each prompt G times in a row")
+                             f"{'num_generations' if mode == 'train' else 'num_generations_eval'}"
+                             f"={g}: make per_device_train_batch_size x steps_per_generation "
+                             "a multiple of it (TRL repeats each prompt G times in a row, and "
+                             "a tree's group must not be split across processes)")
         tasks = [self.task_of(prompts[i]) for i in range(0, len(prompts), g)]
         for block, task in enumerate(tasks):
             for prompt in prompts[block * g:(block + 1) * g]:
                 if self.task_of(prompt) != task:
                     raise ValueError(f"rollout_func's block {block} mixes prompts; TRL repeats "
                                      f"each prompt num_generations={g} times in a row")
-        process = int(getattr(getattr(trainer, "accelerator", None), "process_index", 0))
-        state = np.random.SeedSequence([self.seed, self.groups.calls, process])
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        temperature = float(getattr(trainer.args, "temperature", 1.0))
-        top_p = float(getattr(trainer.args, "top_p", 1.0))
-        if top_p != 1.0:
-            raise ValueError(f"GRPOConfig.top_p is {top_p}: treeroll's tree rows record the "
-                             "full distribution's logprobs only with top_p = 1.0")
-        self.last_groups = self.groups.grow(tasks, model, trainer.processing_class,
-                                            seed=int(state.generate_state(1)[0]),
-                                            temperature=temperature)
+        self.last_groups = self._groups(g).grow(
+            tasks, model, trainer.processing_class, seed=self._seed(trainer, mode),
+            temperature=float(getattr(trainer.args, "temperature", 1.0)), top_p=1.0)
         return rollout_dict(self.last_groups)
+
+
+def _check_sampling(args: Any) -> None:
+    """Refuse TRL sampling settings a tree row's logprobs could not honour: the update
+    recomputes softmax(logits / temperature) over the whole vocabulary."""
+    allowed = {"top_p": (1.0,), "top_k": (0, -1, None), "min_p": (None, 0.0),
+               "repetition_penalty": (1.0,)}
+    found = [f"{name}={getattr(args, name)!r} (use {ok[0]!r})" for name, ok in allowed.items()
+             if getattr(args, name, ok[0]) not in ok]
+    if found:
+        raise ValueError(f"GRPOConfig {'; '.join(found)}: treeroll's tree rows sample and "
+                         "record the full distribution at TRL's temperature only")
 
 
 def rollout_dict(groups: Sequence[LeafGroup]) -> dict[str, Any]:
@@ -122,28 +159,29 @@ def rollout_dict(groups: Sequence[LeafGroup]) -> dict[str, Any]:
         "tree_reward": [float(t.reward) for _, t, _ in rows],
         "tree_credit": [float(c) for _, _, c in rows],
         "tree_node_path": [list(t.node_path) for _, t, _ in rows],
-        "tree_top_up": [int(leaf.info.get("top_up", False))
-                        for group in groups for leaf in group.leaves],
+        "tree_top_up": [int(group.is_top_up(i)) for group in groups
+                        for i in range(len(group.leaves))],
     }
+
+
+def _column(name: str, values: Sequence[float], completions: Sequence[Any]) -> list[float]:
+    if len(values) != len(completions):
+        raise ValueError(f"{len(values)} values of {name} for {len(completions)} completions: "
+                         "is the rollout_func a TreeRolloutFunc?")
+    return [float(v) for v in values]
 
 
 def env_reward(completions: Sequence[Any], tree_reward: Sequence[float],
                **kwargs: Any) -> list[float]:
     """TRL reward function: each row's environment reward (summed over its turns)."""
-    if len(tree_reward) != len(completions):
-        raise ValueError(f"{len(tree_reward)} tree rewards for {len(completions)} completions: "
-                         "is the rollout_func a TreeRolloutFunc?")
-    return [float(r) for r in tree_reward]
+    return _column("tree_reward", tree_reward, completions)
 
 
 def tree_credit(completions: Sequence[Any], tree_credit: Sequence[float],
                 **kwargs: Any) -> list[float]:
     """TRL reward function: treeroll's estimator's credit of each row (see the module
     docstring for what TRL does with it)."""
-    if len(tree_credit) != len(completions):
-        raise ValueError(f"{len(tree_credit)} tree credits for {len(completions)} completions: "
-                         "is the rollout_func a TreeRolloutFunc?")
-    return [float(c) for c in tree_credit]
+    return _column("tree_credit", tree_credit, completions)
 
 
 def task_dataset(rollout_func: TreeRolloutFunc, seeds: Sequence[int] | np.ndarray) -> Any:

@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import threading
-import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,18 +51,21 @@ from verl.experimental.agent_loop.agent_loop import (
     AgentLoopBase,
     AgentLoopMetrics,
     AgentLoopOutput,
+    _agent_loop_registry,
     register,
 )
-from verl.trainer.ppo.core_algos import register_adv_est
+from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
 from treeroll.adapters.async_backend import AsyncTokenBackend
-from treeroll.adapters.groups import LeafGroup, TreeGroups
+from treeroll.adapters.groups import LeafGroup, TreeGroups, policy_view, seed_for
 from treeroll.base import GenerationRequest, SamplingParams
 from treeroll.config import TrainConfig, load_config
 from treeroll.formatting import TurnFormat
 
 __all__ = ["TreeAgentLoop", "TreeCoordinator", "VerlServerBackend", "agent_loop_output",
            "precomputed_advantage"]
+
+logger = logging.getLogger(__name__)
 
 
 class VerlServerBackend(AsyncTokenBackend):
@@ -73,16 +76,20 @@ class VerlServerBackend(AsyncTokenBackend):
     ``logprobs=True``."""
 
     def __init__(self, server_manager: Any, loop: asyncio.AbstractEventLoop,
-                 sampling_params: dict[str, Any] | None = None) -> None:
+                 sampling_params: dict[str, Any] | None = None, *, uid: str = "") -> None:
         super().__init__(loop)
         self.server_manager = server_manager
         self.base_params = dict(sampling_params or {})
+        self.uid = uid
         self._ids = itertools.count()
 
     async def send(self, request: GenerationRequest, params: SamplingParams) -> Any:
-        """One ``server_manager.generate`` call (verl's ``TokenOutput`` back)."""
+        """One ``server_manager.generate`` call (verl's ``TokenOutput`` back). Request ids
+        are ``treeroll-<uid>-<k>``: unique across groups and within one (vLLM refuses two
+        live requests with one id; verl's router is sticky by request id, so a tree's
+        requests are spread over the replicas, not kept on one)."""
         options = {**self.base_params, **self.options(request, params), "logprobs": True}
-        return await self.server_manager.generate(f"treeroll-{next(self._ids)}",
+        return await self.server_manager.generate(f"treeroll-{self.uid}-{next(self._ids)}",
                                                   prompt_ids=list(request.prompt_ids),
                                                   sampling_params=options)
 
@@ -97,18 +104,23 @@ class _Group:
 
 class TreeCoordinator:
     """One tree per ``uid`` in this process: the first claim of a ``uid`` grows it, every
-    claim takes the next of its ``group_size`` leaves (see the module docstring)."""
+    claim takes the next of its ``group_size`` leaves (see the module docstring). At most
+    ``max_open`` groups wait for claims; the oldest beyond that is forgotten with a warning
+    (a group that never claims all its leaves: validation with ``val_kwargs.n`` other than
+    ``rollout.n``, or a group split across workers)."""
 
-    def __init__(self, groups: TreeGroups) -> None:
+    def __init__(self, groups: TreeGroups, max_open: int = 4096) -> None:
         self.groups = groups
-        self._by_uid: dict[str, _Group] = {}
+        self.max_open = max_open
+        self._by_uid: OrderedDict[str, _Group] = OrderedDict()
         self._finished: OrderedDict[str, None] = OrderedDict()
         """uids whose every leaf was handed out (the last 65,536): a later claim is an
         error, not a second tree (verl's uids are fresh per prompt and step)."""
         self._lock = threading.Lock()  # held for dict updates only, never across an await
 
     async def claim(self, uid: str, task_seed: int, backend: VerlServerBackend, *,
-                    seed: int, temperature: float | None = None) -> tuple[LeafGroup, int]:
+                    seed: int, temperature: float | None = None,
+                    top_p: float | None = None) -> tuple[LeafGroup, int]:
         """The tree of ``uid`` and the index of the leaf this caller gets."""
         with self._lock:
             if uid in self._finished:
@@ -119,6 +131,12 @@ class TreeCoordinator:
             first = entry is None
             if entry is None:
                 entry = self._by_uid[uid] = _Group()
+                while len(self._by_uid) > self.max_open:
+                    stale, _ = self._by_uid.popitem(last=False)
+                    logger.warning("treeroll: forgot the tree of uid %r, whose group never "
+                                   "claimed all its %d leaves (validation with "
+                                   "val_kwargs.n != rollout.n, or a group split across "
+                                   "agent-loop workers)", stale, self.groups.group_size)
             index = entry.claimed
             entry.claimed += 1
         if index >= self.groups.group_size:
@@ -128,7 +146,8 @@ class TreeCoordinator:
         if first:
             try:
                 grown = await asyncio.to_thread(self.groups.grow_on, backend, [task_seed],
-                                                seed=seed, temperature=temperature)
+                                                seed=seed, temperature=temperature,
+                                                top_p=top_p)
                 entry.group = grown[0]
             except BaseException as err:  # every waiting loop of the group sees it
                 entry.error = err
@@ -148,21 +167,32 @@ class TreeCoordinator:
         return entry.group, index
 
 
-def agent_loop_output(group: LeafGroup, index: int, *,
+def agent_loop_output(group: LeafGroup, index: int, *, uid: str = "",
+                      prompt_length: int | None = None, response_length: int | None = None,
                       credit_as_reward: bool = False) -> AgentLoopOutput:
-    """verl's ``AgentLoopOutput`` for leaf ``index`` of ``group``."""
+    """verl's ``AgentLoopOutput`` for leaf ``index`` of ``group`` (of verl group ``uid``).
+
+    verl pads rows to ``rollout.prompt_length`` / ``response_length`` but does not cut them:
+    a longer response is cut to ``response_length`` (ids, mask and logprobs alike;
+    ``extra_fields["tree_cut"]`` says how many tokens went), a longer root prompt is an
+    error naming both lengths."""
     trajectory = group.trajectories[index]
     credit = group.scalar_credit()[index]
+    if prompt_length is not None and len(trajectory.prompt_ids) > prompt_length:
+        raise ValueError(f"task {group.tree.task_seed}: the prompt has "
+                         f"{len(trajectory.prompt_ids)} tokens, more than "
+                         f"rollout.prompt_length={prompt_length}")
+    keep = len(trajectory.response_ids) if response_length is None else response_length
     return AgentLoopOutput(
-        prompt_ids=list(trajectory.prompt_ids), response_ids=list(trajectory.response_ids),
-        response_mask=list(trajectory.response_mask),
-        response_logprobs=list(trajectory.response_logprobs),
+        prompt_ids=list(trajectory.prompt_ids), response_ids=trajectory.response_ids[:keep],
+        response_mask=trajectory.response_mask[:keep],
+        response_logprobs=trajectory.response_logprobs[:keep],
         reward_score=float(credit if credit_as_reward else trajectory.reward),
         num_turns=trajectory.num_turns, metrics=AgentLoopMetrics(),
-        extra_fields={"tree_uid": f"{group.tree.task_seed}:{group.tree.tree_id}",
+        extra_fields={"tree_uid": uid, "tree_cut": max(0, len(trajectory.response_ids) - keep),
                       "tree_node_path": list(trajectory.node_path),
                       "tree_credit": float(credit), "tree_reward": float(trajectory.reward),
-                      "tree_top_up": int(bool(group.leaves[index].info.get("top_up")))})
+                      "tree_top_up": int(group.is_top_up(index))})
 
 
 _COORDINATORS: dict[tuple[str, int], TreeCoordinator] = {}
@@ -170,7 +200,6 @@ _COORDINATORS: dict[tuple[str, int], TreeCoordinator] = {}
 object for every sample, the coordinator must outlive them."""
 
 
-@register("treeroll_tree")
 class TreeAgentLoop(AgentLoopBase):
     """A verl agent loop whose ``rollout.n`` samples are the leaves of one treeroll tree (see
     the module docstring): ``treeroll_config`` is a treeroll YAML (None: the defaults),
@@ -180,14 +209,11 @@ class TreeAgentLoop(AgentLoopBase):
     def __init__(self, *args: Any, treeroll_config: str | None = None,
                  credit_as_reward: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        from treeroll.policies import load_policy
-
         config = load_config(treeroll_config) if treeroll_config is not None else TrainConfig()
         n = int(self.rollout_config.n)
         key = (str(treeroll_config), n)
         if key not in _COORDINATORS:
-            view = load_policy(config.policy.init).view if config.policy.init else "plain"
-            turn_format = TurnFormat(self.tokenizer, view=config.policy.view or view)
+            turn_format = TurnFormat(self.tokenizer, view=policy_view(config))
             _COORDINATORS[key] = TreeCoordinator(TreeGroups(config, turn_format, group_size=n))
         self.coordinator = _COORDINATORS[key]
         self.credit_as_reward = credit_as_reward
@@ -196,15 +222,26 @@ class TreeAgentLoop(AgentLoopBase):
         """Claim this sample's leaf of its group's tree (growing the tree if first)."""
         uid = str(kwargs["uid"])
         extra = kwargs.get("extra_info") or {}
-        task = int(extra.get("task_seed", kwargs.get("index", 0)))
-        seed = int(np.random.SeedSequence([zlib.crc32(uid.encode()), task])
-                   .generate_state(1)[0])
+        if "task_seed" not in extra:
+            raise ValueError(f"uid {uid!r}: the dataset row has no extra_info.task_seed (its "
+                             f"keys: {sorted(kwargs)}; extra_info: {sorted(extra)}); treeroll "
+                             "needs the environment's task seed there")
+        task = int(extra["task_seed"])
         backend = VerlServerBackend(self.server_manager, asyncio.get_running_loop(),
-                                    sampling_params)
-        group, index = await self.coordinator.claim(uid, task, backend, seed=seed,
-                                                    temperature=sampling_params.get(
-                                                        "temperature"))
-        return agent_loop_output(group, index, credit_as_reward=self.credit_as_reward)
+                                    sampling_params, uid=uid)
+        group, index = await self.coordinator.claim(
+            uid, task, backend, seed=seed_for(uid, task),
+            temperature=sampling_params.get("temperature"), top_p=sampling_params.get("top_p"))
+        return agent_loop_output(group, index, uid=uid,
+                                 prompt_length=_length(self.rollout_config, "prompt_length"),
+                                 response_length=_length(self.rollout_config,
+                                                         "response_length"),
+                                 credit_as_reward=self.credit_as_reward)
+
+
+def _length(rollout_config: Any, name: str) -> int | None:
+    value = getattr(rollout_config, name, None)
+    return int(value) if value is not None else None
 
 
 def precomputed_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
@@ -219,4 +256,15 @@ def precomputed_advantage(token_level_rewards: torch.Tensor, response_mask: torc
     return advantages, advantages
 
 
-register_adv_est("treeroll_precomputed")(precomputed_advantage)
+def _register() -> None:
+    """Register the loop as ``treeroll_tree`` unless verl already holds an entry of that name
+    (its worker loads ``agent_loop_config_path`` first: that entry carries the loop's settings
+    and must not be replaced), and the estimator as ``treeroll_precomputed``. Runs on import;
+    verl imports this module in every process through the ``verl.plugins`` entry point."""
+    if "treeroll_tree" not in _agent_loop_registry:
+        register("treeroll_tree")(TreeAgentLoop)
+    if ADV_ESTIMATOR_REGISTRY.get("treeroll_precomputed") is not precomputed_advantage:
+        register_adv_est("treeroll_precomputed")(precomputed_advantage)
+
+
+_register()
