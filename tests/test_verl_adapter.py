@@ -212,3 +212,17 @@ def test_a_response_longer_than_verls_response_length_is_cut_to_it(policy):
     assert out.extra_fields["tree_cut"] == len(full.response_ids) - 5
     with pytest.raises(ValueError, match=r"more than rollout.prompt_length=3"):
         tree_verl.agent_loop_output(group, longest, prompt_length=3)
+
+
+def test_importing_verl_registers_treerolls_loop_and_estimator_in_a_fresh_process(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY\n"
+            "from verl.experimental.agent_loop.agent_loop import _agent_loop_registry\n"
+            "assert 'treeroll_precomputed' in ADV_ESTIMATOR_REGISTRY\n"
+            "assert 'treeroll_tree' in _agent_loop_registry\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, ("verl did not load treeroll through its verl.plugins entry "
+                                  f"point (is treeroll installed?): {done.stderr[-1500:]}")

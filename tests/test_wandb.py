@@ -127,3 +127,22 @@ def test_a_wandb_project_without_wandb_installed_is_refused_before_work(monkeypa
                         lambda name, *a: None if name == "wandb" else real(name, *a))
     with pytest.raises(Exception, match=r"--wandb.project.*pip install 'treeroll\[wandb\]'"):
         check_config(TrainConfig(wandb=WandbConfig(project="p")))
+
+
+def test_a_resumed_logger_skips_the_steps_an_interrupted_attempt_logged(tmp_path) -> None:
+    from treeroll.training.wandb_log import WandbLog
+
+    settings = WandbConfig(project="treeroll-test", mode="offline")
+    first = WandbLog(tmp_path, settings, name="r", config={}, resume=False)
+    for step in (1, 2, 3):  # the attempt logged steps 1-3, then died after checkpoint 2
+        first.record(step, {"step": step, "loss": float(step)})
+    first.close()
+    again = WandbLog(tmp_path, settings, name="r", config={}, resume=True)
+    assert again.run_id == first.run_id and again.skip_through == 3
+    for step in (3, 4):  # the resumed run recomputes step 3, then goes on
+        again.record(step, {"step": step, "loss": 10.0 + step})
+    again.record(4, {"eval": {"success_rate": 0.5}})
+    again.close()
+    logged = _logged(tmp_path)
+    assert logged == {1: {"loss": 1.0}, 2: {"loss": 2.0}, 3: {"loss": 3.0},
+                      4: {"loss": 14.0, "eval/success_rate": 0.5}}
