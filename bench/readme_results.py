@@ -420,6 +420,21 @@ multi-turn hook needs a chat template with tool calls, which the tiny policy lac
 tree {ta['tree_wall_per_step']:.2f} s, chain {ta['chain_wall_per_step']:.2f} s, TRL {ta['trl_wall_per_step']:.2f} s; four steps on two tasks are noisy.
 """)
 
+if "fuzz_quick" in R:
+    fz = res("fuzz_quick")
+    w(f"""#### Fuzzing (`bench/fuzz.py --quick`)
+
+The property tests' generators (`bench/fuzz_targets.py`: random text, decoded random bytes,
+huge replies, control characters, nested backticks and tags, near misses of valid actions,
+tool calls, editor lines and chat messages) on every reply parser, environment `step` and the
+SFT JSONL reader, {fz['examples_per_target']} inputs each:
+
+{quote('fuzz_quick', ['inputs_tried', 'exceptions', 'clear_errors', 'targets'])}
+
+{fz['exceptions']} exceptions (target 0: **{'met' if fz['exceptions'] == 0 else 'not met'}**); the {fz['clear_errors']} clear errors are JSONL lines refused with a
+message saying what is wrong, as their contract allows.
+""")
+
 text = (ROOT / "README.md").read_text()
 start = text.index("## Results")
 end = text.index("## `treeroll sft`, policy folders and views")

@@ -65,6 +65,7 @@ FIGURES = (
     Figure("server_backend_quick", ("bench/server_backend.py", "--quick"), True, 0.5),
     Figure("ray_scaling_quick", ("bench/ray_scaling.py", "--quick"), True, 1),
     Figure("trl_adapter_quick", ("bench/trl_adapter.py", "--quick"), True, 0.5),
+    Figure("fuzz_quick", ("bench/fuzz.py", "--quick"), True, 0.2),
     Figure("learning_quick", ("bench/learning.py", "--quick"), True, 6),
     Figure("base_policy", ("bench/base_policy.py",), False, 0.5),
     Figure("sft_base", ("bench/sft_base.py",), False, 5),
