@@ -66,6 +66,7 @@ FIGURES = (
     Figure("ray_scaling_quick", ("bench/ray_scaling.py", "--quick"), True, 1),
     Figure("trl_adapter_quick", ("bench/trl_adapter.py", "--quick"), True, 0.5),
     Figure("fuzz_quick", ("bench/fuzz.py", "--quick"), True, 0.2),
+    Figure("crash_resume_quick", ("bench/crash_resume.py", "--quick"), True, 1),
     Figure("learning_quick", ("bench/learning.py", "--quick"), True, 6),
     Figure("base_policy", ("bench/base_policy.py",), False, 0.5),
     Figure("sft_base", ("bench/sft_base.py",), False, 5),
