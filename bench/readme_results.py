@@ -172,7 +172,17 @@ w(f"""`python bench/learning.py --quick` (the same training cut to {lq['steps']}
 """)
 
 # ---------------------------------------------------------------- compare
-if "compare_strategies" in R:
+if "compare_strategies" in R and stale("compare_strategies"):
+    changed = stale("compare_strategies")
+    w("### Strategies under one budget (`treeroll compare`, rLLM convention)\n")
+    w(f"""`python bench/compare_strategies.py` runs `treeroll compare --config
+configs/compare_frozenlake.yaml` (chain, Tree-GRPO, the random tree and PATR under one token
+budget, 5 seeds). **Not rerun on the current code**: its last run (commit
+{R['compare_strategies']['commit'][:10]}) predates changes to {', '.join(f'`{c}`' for c in changed[:4])}{' and others' if len(changed) > 4 else ''}, so
+its figures are not quoted here; `python bench/reproduce.py --only compare_strategies` (about
+70 minutes here) remakes them.
+""")
+elif "compare_strategies" in R:
     cs = res("compare_strategies")
     names = [k for k in ("chain", "tree_grpo", "random_tree", "patr") if k in cs]
     w("### Strategies under one budget (`treeroll compare`, rLLM convention)\n")
