@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import json
-import threading
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -35,7 +34,7 @@ import torch
 
 from treeroll.advantages import token_credit, weighted
 from treeroll.base import Env, GenerationBackend, ProcessScorer
-from treeroll.config import TrainConfig, check_config
+from treeroll.config import TrainConfig, check_config, load_config
 from treeroll.formatting import TurnFormat
 from treeroll.plugins import (
     make_allocator,
@@ -69,29 +68,33 @@ class LeafGroup:
     credit: list[float | np.ndarray]
     """treeroll's estimator's credit of each chosen leaf (computed on the whole tree): a float,
     or one value per response token for a per-turn estimator."""
-    topped_up: int = 0
-    """How many of the leaves are top-up chains (the tree had fewer than ``G``)."""
 
     def is_top_up(self, index: int) -> bool:
         """Whether row ``index`` is a top-up chain."""
         return bool(self.leaves[index].info.get("top_up", False))
 
     @property
+    def topped_up(self) -> int:
+        """How many of the leaves are top-up chains (the tree had fewer than ``G``)."""
+        return sum(self.is_top_up(i) for i in range(len(self.leaves)))
+
+    @property
     def rewards(self) -> list[float]:
         """Each row's environment reward (the sum of its path's turn rewards)."""
         return [t.reward for t in self.trajectories]
 
+    def row_credit(self, index: int) -> float:
+        """Row ``index``'s credit as one value: a per-token credit is reduced to its mean over
+        the row's model tokens (for trainers that take one advantage per row)."""
+        value = self.credit[index]
+        if isinstance(value, np.ndarray):
+            mask = np.asarray(self.trajectories[index].response_mask, dtype=bool)
+            return float(value[mask].mean()) if mask.any() else 0.0
+        return float(value)
+
     def scalar_credit(self) -> list[float]:
-        """One credit value per row: a per-token credit is reduced to its mean over the row's
-        model tokens (for trainers that take one advantage per row)."""
-        out = []
-        for value, trajectory in zip(self.credit, self.trajectories, strict=True):
-            if isinstance(value, np.ndarray):
-                mask = np.asarray(trajectory.response_mask, dtype=bool)
-                out.append(float(value[mask].mean()) if mask.any() else 0.0)
-            else:
-                out.append(float(value))
-        return out
+        """:meth:`row_credit` of every row."""
+        return [self.row_credit(i) for i in range(len(self.leaves))]
 
 
 def policy_view(config: TrainConfig) -> str:
@@ -174,9 +177,14 @@ class TreeGroups:
             from treeroll.scorers import make_scorer
 
             self.scorer = make_scorer(replace(config.scorer, name=name))
-        self.calls = 0
-        """Finished :meth:`grow_on` calls (an adapter seeds its next call with it)."""
-        self._lock = threading.Lock()
+
+    @classmethod
+    def from_file(cls, path: str | None, tokenizer: Any, *, group_size: int) -> TreeGroups:
+        """Groups for a trainer that owns the tokenizer: the settings of the treeroll YAML
+        ``path`` (None: the defaults), the turn format in :func:`policy_view`'s view."""
+        config = load_config(path) if path is not None else TrainConfig()
+        return cls(config, TurnFormat(tokenizer, view=policy_view(config)),
+                   group_size=group_size)
 
     def grow(self, tasks: Sequence[int], model: Any, tokenizer: Any, *, seed: int,
              temperature: float | None = None, top_p: float | None = None) -> list[LeafGroup]:
@@ -209,10 +217,7 @@ class TreeGroups:
         batch = rollout(list(tasks), self.make_env, backend, self.turn_format, strategy,
                         config=settings, scorer=self.scorer, seed=seed,
                         allocator=make_allocator(self.config.allocator, settings))
-        groups = [self._group(tree, backend, settings, seed) for tree in batch.trees]
-        with self._lock:
-            self.calls += 1
-        return groups
+        return [self._group(tree, backend, settings, seed) for tree in batch.trees]
 
     def _group(self, tree: RolloutTree, backend: Any, settings: RolloutConfig,
                seed: int) -> LeafGroup:
@@ -234,5 +239,4 @@ class TreeGroups:
         rows = [index[leaf.id] for leaf in chosen]
         return LeafGroup(tree=tree, leaves=chosen,
                          trajectories=[trajectories[i] for i in rows],
-                         credit=[credit[i] for i in rows],
-                         topped_up=sum(bool(leaf.info.get("top_up")) for leaf in chosen))
+                         credit=[credit[i] for i in rows])

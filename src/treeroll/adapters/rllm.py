@@ -30,9 +30,8 @@ import asyncio
 from typing import Any
 
 from treeroll.adapters.async_backend import AsyncTokenBackend
-from treeroll.adapters.groups import LeafGroup, TreeGroups, policy_view, seed_for
+from treeroll.adapters.groups import LeafGroup, TreeGroups, seed_for
 from treeroll.base import GenerationRequest, SamplingParams
-from treeroll.config import TrainConfig, load_config
 from treeroll.tree import context_ids, path_to
 
 __all__ = ["RLLMEngineBackend", "engine_sampling", "episode_fields",
@@ -149,12 +148,8 @@ def _make_workflow() -> type:
                      treeroll_config: str | None = None, group_size: int = 8,
                      precomputed_advantage: bool = False, **kwargs: Any) -> None:
             super().__init__(rollout_engine, executor, **kwargs)
-            from treeroll.formatting import TurnFormat
-
-            config = (load_config(treeroll_config) if treeroll_config is not None
-                      else TrainConfig())
-            turn_format = TurnFormat(rollout_engine.tokenizer, view=policy_view(config))
-            self.groups = TreeGroups(config, turn_format, group_size=group_size)
+            self.groups = TreeGroups.from_file(treeroll_config, rollout_engine.tokenizer,
+                                               group_size=group_size)
             self.precomputed_advantage = precomputed_advantage
 
         async def run(self, task: dict[str, Any], uid: str, **kwargs: Any) -> Any:

@@ -47,9 +47,9 @@ class TreeRolloutFunc:
 
     Prompts are the tasks' first observations as :meth:`prompt_of` writes them (build the
     dataset with :func:`task_dataset`); a prompt this function did not write is an error
-    naming it. ``seed`` makes the rollouts reproducible: call ``i`` of process ``p`` uses
-    ``SeedSequence([seed, i, p])``. ``last_groups`` holds the last call's groups (their
-    trees, for inspection or saving).
+    naming it. ``seed`` makes the rollouts reproducible (each call's seed comes from it, the
+    trainer's global step, the process and the mode: :meth:`_seed`). ``last_groups`` holds
+    the last call's groups (their trees, for inspection or saving).
     """
 
     def __init__(self, config: TrainConfig, turn_format: TurnFormat, *, num_generations: int,
@@ -63,6 +63,7 @@ class TreeRolloutFunc:
         self.num_generations = num_generations
         self.seed = seed
         self._tasks: dict[str, int] = {}
+        self._env = self.groups.make_env()  # reset per task by prompt_of
         self._last_step: tuple[int, str] | None = None
         self._calls_at_step = 0
         self.last_groups: list[LeafGroup] = []
@@ -71,8 +72,7 @@ class TreeRolloutFunc:
         """The prompt text of task ``task_seed`` (its first observation), remembered so that
         a later call maps it back to the task; another seed with the same prompt is an error
         (TRL hands over prompts only, so the two could not be told apart)."""
-        env = self.groups.make_env()
-        text = env.reset(int(task_seed))
+        text = self._env.reset(int(task_seed))
         known = self._tasks.setdefault(text, int(task_seed))
         if known != int(task_seed):
             raise ValueError(f"task seeds {known} and {task_seed} give the same prompt; "

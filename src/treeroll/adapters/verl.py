@@ -57,10 +57,8 @@ from verl.experimental.agent_loop.agent_loop import (
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
 from treeroll.adapters.async_backend import AsyncTokenBackend
-from treeroll.adapters.groups import LeafGroup, TreeGroups, policy_view, seed_for
+from treeroll.adapters.groups import LeafGroup, TreeGroups, seed_for
 from treeroll.base import GenerationRequest, SamplingParams
-from treeroll.config import TrainConfig, load_config
-from treeroll.formatting import TurnFormat
 
 __all__ = ["TreeAgentLoop", "TreeCoordinator", "VerlServerBackend", "agent_loop_output",
            "precomputed_advantage"]
@@ -118,15 +116,19 @@ class TreeCoordinator:
         error, not a second tree (verl's uids are fresh per prompt and step)."""
         self._lock = threading.Lock()  # held for dict updates only, never across an await
 
+    def _over_claimed(self, uid: str, index: int) -> ValueError:
+        """The error of claim ``index`` (0-based) of a group that has no leaf left."""
+        return ValueError(f"uid {uid!r}: claim {index + 1} of a group of "
+                          f"{self.groups.group_size}; rollout.n must equal the tree's "
+                          "group size")
+
     async def claim(self, uid: str, task_seed: int, backend: VerlServerBackend, *,
                     seed: int, temperature: float | None = None,
                     top_p: float | None = None) -> tuple[LeafGroup, int]:
         """The tree of ``uid`` and the index of the leaf this caller gets."""
         with self._lock:
             if uid in self._finished:
-                raise ValueError(f"uid {uid!r}: claim {self.groups.group_size + 1} of a group "
-                                 f"of {self.groups.group_size}; rollout.n must equal the "
-                                 "tree's group size")
+                raise self._over_claimed(uid, self.groups.group_size)
             entry = self._by_uid.get(uid)
             first = entry is None
             if entry is None:
@@ -140,9 +142,7 @@ class TreeCoordinator:
             index = entry.claimed
             entry.claimed += 1
         if index >= self.groups.group_size:
-            raise ValueError(f"uid {uid!r}: claim {index + 1} of a group of "
-                             f"{self.groups.group_size}; rollout.n must equal the tree's "
-                             "group size")
+            raise self._over_claimed(uid, index)
         if first:
             try:
                 grown = await asyncio.to_thread(self.groups.grow_on, backend, [task_seed],
@@ -177,7 +177,7 @@ def agent_loop_output(group: LeafGroup, index: int, *, uid: str = "",
     ``extra_fields["tree_cut"]`` says how many tokens went), a longer root prompt is an
     error naming both lengths."""
     trajectory = group.trajectories[index]
-    credit = group.scalar_credit()[index]
+    credit = group.row_credit(index)
     if prompt_length is not None and len(trajectory.prompt_ids) > prompt_length:
         raise ValueError(f"task {group.tree.task_seed}: the prompt has "
                          f"{len(trajectory.prompt_ids)} tokens, more than "
@@ -209,12 +209,11 @@ class TreeAgentLoop(AgentLoopBase):
     def __init__(self, *args: Any, treeroll_config: str | None = None,
                  credit_as_reward: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        config = load_config(treeroll_config) if treeroll_config is not None else TrainConfig()
         n = int(self.rollout_config.n)
         key = (str(treeroll_config), n)
         if key not in _COORDINATORS:
-            turn_format = TurnFormat(self.tokenizer, view=policy_view(config))
-            _COORDINATORS[key] = TreeCoordinator(TreeGroups(config, turn_format, group_size=n))
+            _COORDINATORS[key] = TreeCoordinator(TreeGroups.from_file(
+                treeroll_config, self.tokenizer, group_size=n))
         self.coordinator = _COORDINATORS[key]
         self.credit_as_reward = credit_as_reward
 
