@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -38,10 +39,74 @@ def run(env, command: str) -> str:
 def test_mode_and_containment_are_reported(env):
     containment = env.sandbox.containment
     assert containment["rlimits"] and containment["wall_timeout"]
-    assert containment["reads_outside_task_blocked"] is False
+    assert containment["reads_outside_task_blocked"] is OVERLAY
     if OVERLAY:
         assert all(containment[k] for k in ("no_network", "host_filesystem_read_only",
-                                            "unprivileged_user", "private_pid_namespace"))
+                                            "host_filesystem_hidden", "unprivileged_user",
+                                            "private_pid_namespace"))
+
+
+@needs_overlay
+def test_a_file_outside_the_task_cannot_be_read(env, tmp_path):
+    checkout = tmp_path / "user_checkout"  # a user's checkout of the repository, fix applied
+    checkout.mkdir()
+    (checkout / "fixed.py").write_text("GOLD_FIX_MARKER = 1\n")
+    for path in (tmp_path, checkout):
+        os.chmod(path, 0o755)
+    os.chmod(checkout / "fixed.py", 0o644)
+    obs = run(env, f"cat {checkout}/fixed.py; ls {tmp_path}; diff -r {checkout} . ; "
+                   f"grep -rs GOLD_FIX_MARKER /tmp /home /dev {tmp_path.parent} "
+                   "| head -3")
+    assert "timed out" not in obs
+    assert "GOLD_FIX_MARKER" not in obs and "No such file or directory" in obs
+
+
+@needs_overlay
+def test_treeroll_sources_and_the_host_home_are_not_visible(env):
+    source = Path(treeroll.__file__).resolve()
+    obs = run(env, f"cat {source} | head -2; ls {source.parent}; "
+                   "python -c 'import treeroll' 2>&1 | tail -1")
+    assert '"""' not in obs and "engine.py" not in obs
+    assert "No module named 'treeroll'" in obs
+    home = Path.home().resolve()
+    listing = run(env, f"ls -A {home}").split("<output>")[-1].split("</output>")[0].split()
+    needed = {Path(os.path.relpath(p, home)).parts[0] for p in (sys.prefix, sys.base_prefix)
+              if Path(p).resolve().is_relative_to(home)}
+    assert set(listing) <= needed  # only the way to the interpreter, nothing else of home
+    assert set(os.listdir(home)) - needed  # (the host's home does hold more)
+
+
+@needs_overlay
+def test_the_host_processes_are_not_visible(env):
+    marker = "treeroll_host_process_marker_777"
+    host = subprocess.Popen(["bash", "-c", f"exec -a {marker} sleep 30"])
+    try:
+        obs = run(env, f"cat /proc/*/cmdline | tr '\\0' ' '; echo; ls /proc | grep -c '^[0-9]'; "
+                       f"cat /proc/{host.pid}/cmdline; ls /sys/fs 2>&1 | head -1")
+    finally:
+        host.kill()
+        host.wait()
+    assert marker not in obs
+    counts = [int(line) for line in obs.splitlines() if line.strip().isdigit()]
+    assert counts and counts[0] < 10  # only the command's own processes
+
+
+@needs_overlay
+def test_other_tasks_trees_cannot_be_found(env):
+    other = Sandbox(isolation="overlay")  # another task's sandbox on the same host
+    try:
+        base = other.base("secret", lambda d: (d / "other_task.txt").write_text("OTHER_TREE\n"))
+        mine = env.sandbox
+        obs = run(env, f"cat {base}/other_task.txt; ls {other.root} {mine.root}/bases "
+                       f"{mine.root}/ws; find /dev /tmp /home {other.root.parent} "
+                       "-name '*.txt' 2>/dev/null | xargs -r cat")
+    finally:
+        other.close()
+    assert "timed out" not in obs
+    assert "OTHER_TREE" not in obs and "No such file or directory" in obs
+    assert not any(line.endswith("other_task.txt") for line in obs.splitlines())
+    listing = run(env, f"ls {env.sandbox.root}")
+    assert sorted(listing.split("<output>")[-1].split("</output>")[0].split()) == ["repo", "tmp"]
 
 
 @needs_overlay
@@ -66,7 +131,7 @@ def test_write_through_symlinks(env, tmp_path):
                    "cat link")
     assert victim.read_text() == "safe\n" and not (tmp_path / "new.txt").exists()
     assert not Path("/tmp/x.txt").exists() or Path("/tmp/x.txt").read_text() != "pwned\n"
-    assert "Read-only file system" in obs or "Permission denied" in obs
+    assert "link: No such file or directory" in obs  # the host path does not exist inside
 
 
 @needs_overlay
@@ -76,7 +141,7 @@ def test_the_shared_pristine_tree_is_not_writable(env):
     before = (base / buggy).read_bytes()
     obs = run(env, f"echo '# evil' >> {base}/{buggy}; rm -rf {base}/tests")
     assert (base / buggy).read_bytes() == before and (base / "tests").is_dir()
-    assert "Read-only" in obs
+    assert f"{buggy}: No such file or directory" in obs  # not even visible from inside
 
 
 @needs_overlay

@@ -9,6 +9,7 @@ from treeroll.envs.swe.agent import AgentSkill, ScriptedSWEAgent
 from treeroll.envs.swe.env import SUBMIT_SENTINEL, SWEEnv, SWEEnvConfig, make_swe_env, parse_action
 from treeroll.envs.swe.sandbox import CommandResult, Sandbox, SandboxLimits, Workspace
 from treeroll.envs.swe.scorer import SWEProcessScorer, SWEScoreWeights
+from treeroll.envs.swe.swebench import SWEInstanceError, load_swebench_jsonl
 from treeroll.envs.swe.tasks import (
     Edit,
     Mutation,
@@ -17,8 +18,9 @@ from treeroll.envs.swe.tasks import (
     builtin_tasks,
     evaluate,
     generate_tasks,
-    load_swebench_jsonl,
+    is_test_file,
     mutation_sites,
+    reset_test_files,
     validate_task,
 )
 
@@ -30,6 +32,7 @@ __all__ = [
     "Mutation",
     "SWEEnv",
     "SWEEnvConfig",
+    "SWEInstanceError",
     "SWEProcessScorer",
     "SWEScoreWeights",
     "SWETask",
@@ -41,9 +44,11 @@ __all__ = [
     "builtin_tasks",
     "evaluate",
     "generate_tasks",
+    "is_test_file",
     "load_swebench_jsonl",
     "make_swe_env",
     "mutation_sites",
     "parse_action",
+    "reset_test_files",
     "validate_task",
 ]

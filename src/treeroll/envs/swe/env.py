@@ -64,6 +64,10 @@ class SWEEnvConfig:
     """Sandbox mode: ``"auto"``, ``"overlay"`` or ``"copy"`` (see ``sandbox.py``)."""
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     """Per-command resource limits (the wall timeout is ``command_timeout_s``)."""
+    tools: tuple[str, ...] = ()
+    """Host paths commands may also read and run in overlay mode (a repository's own
+    interpreter or toolchain); the system directories and treeroll's Python are always
+    there, nothing else of the host is."""
 
     def __post_init__(self) -> None:
         if self.convention not in _CONVENTIONS:
@@ -343,7 +347,7 @@ class SWEEnv:
         self.config = config or SWEEnvConfig()
         if sandbox is None:
             sandbox = Sandbox(self.config.temp_root, self.config.limits,
-                              isolation=self.config.isolation)
+                              isolation=self.config.isolation, tools=self.config.tools)
         self.sandbox = sandbox
         self.system_prompt = (_MINI_SYSTEM if self.config.convention == "mini"
                               else _SWE_AGENT_SYSTEM)

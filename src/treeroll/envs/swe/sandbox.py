@@ -52,7 +52,7 @@ import sys
 import tempfile
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,9 +68,6 @@ _MS_REMOUNT = 32
 _MS_BIND = 4096
 _MS_REC = 16384
 _MS_PRIVATE = 1 << 18
-_SKIP_FSTYPES = {"proc", "sysfs", "cgroup", "cgroup2", "devpts", "devtmpfs", "mqueue",
-                 "securityfs", "debugfs", "tracefs", "pstore", "bpf", "configfs", "fusectl",
-                 "hugetlbfs", "binfmt_misc", "autofs", "overlay"}
 _NOBODY = 65534
 
 
@@ -167,29 +164,66 @@ def default_root() -> Path:
     return Path(tempfile.gettempdir())
 
 
-def _reveal_plan(paths: list[str]) -> dict[str, list[str]]:
-    """Directories the sandbox user cannot traverse that hide a path commands need (the Python
-    interpreter and its packages), mapped to those paths: overlay mode mounts an empty tmpfs
-    on each such directory and binds only the needed paths into it (hiding the rest)."""
-    plan: dict[str, list[str]] = {}
-    for raw in paths:
+_SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+"""Top-level system directories a closed root shows (read-only; symlinks kept as links)."""
+_ETC_ENTRIES = ("passwd", "group", "nsswitch.conf", "hosts", "ld.so.cache", "ld.so.conf",
+                "ld.so.conf.d", "localtime", "alternatives", "ssl", "mime.types", "gitconfig",
+                "inputrc", "bash.bashrc", "profile")
+"""What of ``/etc`` a closed root shows: name lookup, the dynamic loader, Debian's
+``alternatives`` links (``/usr/bin/awk`` points there), TLS roots and shell defaults; nothing
+else of the host's configuration."""
+_DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "arm64": 41, "riscv64": 41, "ppc64le": 203,
+               "s390x": 217}
+"""``pivot_root(2)`` syscall numbers (glibc has no wrapper); elsewhere ``chroot(2)`` is used
+(the command runs as ``nobody``, who cannot leave a chroot)."""
+_MNT_DETACH = 2
+
+
+@dataclass(frozen=True)
+class _Jail:
+    """What a closed root holds, planned once on the host: ``links`` are ``(path, target)``
+    symlinks, ``binds`` are ``(host path, is_dir)`` shown read-only at the same path."""
+
+    links: tuple[tuple[str, str], ...]
+    binds: tuple[tuple[str, bool], ...]
+
+
+def _outermost(paths: list[str]) -> list[str]:
+    """``paths`` without those inside another one of them (``/usr/local`` under ``/usr``)."""
+    unique = sorted(set(paths), key=len)
+    kept: list[str] = []
+    for path in unique:
+        if not any(path == k or path.startswith(k.rstrip(os.sep) + os.sep) for k in kept):
+            kept.append(path)
+    return sorted(kept)
+
+
+def _jail_plan(tools: list[str]) -> _Jail:
+    """The closed root: the system directories, a few ``/etc`` entries, and ``tools`` (the
+    Python installation commands run, plus any path a caller adds), each read-only at its
+    host path. Everything else of the host (homes, other checkouts, treeroll's own sources,
+    other tasks' trees) does not exist inside."""
+    links: list[tuple[str, str]] = []
+    binds: list[str] = []
+    for name in _SYSTEM_DIRS:
+        path = "/" + name
+        if os.path.islink(path):
+            links.append((path, os.readlink(path)))
+        elif os.path.isdir(path):
+            binds.append(path)
+    resolved = []
+    for raw in tools:
         path = os.path.realpath(raw)
-        parts = Path(path).parts
-        for i in range(1, len(parts)):
-            ancestor = os.path.join(*parts[:i]) if i > 1 else "/"
-            try:
-                mode = os.stat(ancestor).st_mode
-            except OSError:
-                break
-            if not mode & stat.S_IXOTH:
-                targets = plan.setdefault(ancestor, [])
-                if path not in targets:
-                    targets.append(path)
-                break
-    for hidden, targets in plan.items():  # keep only outermost targets
-        plan[hidden] = [t for t in targets
-                        if not any(t != o and t.startswith(o + os.sep) for o in targets)]
-    return plan
+        if not os.path.exists(path):
+            raise ValueError(f"sandbox tool path {raw!r} does not exist")
+        resolved.append(path)
+    dirs = _outermost(binds + resolved)
+    files = [(f"/etc/{name}", os.path.isdir(f"/etc/{name}")) for name in _ETC_ENTRIES
+             if os.path.exists(f"/etc/{name}")]
+    files = [(path, is_dir) for path, is_dir in files
+             if not any(path.startswith(d + os.sep) for d in dirs)]
+    return _Jail(links=tuple(links), binds=tuple((d, True) for d in dirs) + tuple(files))
 
 
 def _copy_tree(src: Path, dst: Path) -> None:
@@ -253,17 +287,79 @@ def _list_files(root: Path) -> set[str]:
     return out
 
 
+def _mount(libc: ctypes.CDLL, source: str, target: str, fstype: str | None, flags: int,
+           data: bytes | None, what: str) -> None:
+    if libc.mount(source.encode(), target.encode(), fstype.encode() if fstype else None,
+                  flags, data) != 0:
+        raise OSError(ctypes.get_errno(), f"{what} ({target})")
+
+
+def _bind_read_only(libc: ctypes.CDLL, source: str, target: str, *, is_dir: bool,
+                    devices: bool = False) -> None:
+    os.makedirs(target if is_dir else os.path.dirname(target), exist_ok=True)
+    if not is_dir and not os.path.exists(target):
+        os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
+    _mount(libc, source, target, None, _MS_BIND | _MS_REC, None, "bind")
+    flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | (0 if devices else _MS_NODEV)
+    _mount(libc, "none", target, None, flags, None, "remount read-only")
+
+
+def _enter_jail(libc: ctypes.CDLL, plan: _Jail, jail: str, repo: str, scratch: str,
+                overlay_options: bytes, tmp_options: bytes) -> None:
+    """Build the closed root on ``jail`` (a fresh tmpfs in this mount namespace) and make it
+    ``/``: the plan's read-only binds and links, the branch's overlay at ``repo``, a private
+    tmpfs at ``scratch`` (also ``/tmp``), a minimal ``/dev``, an empty ``/proc`` for the PID
+    namespace's own. Runs in the command's child between fork and exec."""
+    _mount(libc, "tmpfs", jail, "tmpfs", _MS_NOSUID | _MS_NODEV, b"size=4m,mode=755",
+           "mount root tmpfs")
+    for path, target in plan.links:
+        os.symlink(target, jail + path)
+    for path, is_dir in plan.binds:
+        _bind_read_only(libc, path, jail + path, is_dir=is_dir)
+    os.makedirs(jail + repo, exist_ok=True)
+    _mount(libc, "overlay", jail + repo, "overlay", 0, overlay_options, "mount overlay")
+    os.makedirs(jail + scratch, exist_ok=True)
+    _mount(libc, "tmpfs", jail + scratch, "tmpfs", _MS_NOSUID | _MS_NODEV, tmp_options,
+           "mount scratch tmpfs")
+    os.makedirs(jail + "/tmp", exist_ok=True)
+    _mount(libc, jail + scratch, jail + "/tmp", None, _MS_BIND, None, "bind /tmp")
+    os.makedirs(jail + "/dev", exist_ok=True)
+    for node in _DEV_NODES:
+        if os.path.exists("/dev/" + node):
+            _bind_read_only(libc, "/dev/" + node, f"{jail}/dev/{node}", is_dir=False,
+                            devices=True)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"),
+                         ("shm", "/tmp")):
+        if not os.path.lexists(f"{jail}/dev/{name}"):  # the trees may live under /dev/shm
+            os.symlink(target, f"{jail}/dev/{name}")
+    os.makedirs(jail + "/proc", exist_ok=True)
+    os.chdir(jail)
+    number = _PIVOT_ROOT.get(os.uname().machine)
+    if number is not None and libc.syscall(number, b".", b".") == 0:
+        if libc.umount2(b".", _MNT_DETACH) != 0:  # the old root, stacked on the new one
+            raise OSError(ctypes.get_errno(), "detach the host root")
+    elif libc.chroot(b".") != 0:
+        raise OSError(ctypes.get_errno(), "chroot")
+    os.chdir("/")
+    _mount(libc, "none", "/", None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV, None,
+           "remount the closed root read-only")
+    os.chdir(repo)
+
+
 class Sandbox:
     """Owns a temporary root holding task trees and working trees, and runs commands there.
 
     ``isolation``: ``"auto"`` (overlay mode when it works, else copy mode; the environment
     variable ``TREEROLL_SWE_ISOLATION`` may force either), ``"overlay"`` (raise if
-    unavailable) or ``"copy"``. Call :meth:`close` (or let it be garbage collected)
-    to delete the root.
+    unavailable) or ``"copy"``. ``tools``: host paths commands may read and run in overlay
+    mode besides the system directories and treeroll's Python (a repository's own
+    interpreter or toolchain, say); each must exist. Call :meth:`close` (or let it be
+    garbage collected) to delete the root.
     """
 
     def __init__(self, root: str | Path | None = None, limits: SandboxLimits | None = None,
-                 *, isolation: str = "auto") -> None:
+                 *, isolation: str = "auto", tools: Sequence[str] = ()) -> None:
         if isolation == "auto":
             isolation = os.environ.get("TREEROLL_SWE_ISOLATION", "auto")
         if isolation not in ("auto", "overlay", "copy"):
@@ -288,13 +384,12 @@ class Sandbox:
         self._unshare = shutil.which("unshare")
         self._bash = shutil.which("bash") or "/bin/sh"
         self._python_dir = str(Path(sandbox_python()).parent)
-        self._remount = sorted({p for p, fs, ro in _mount_points()
-                                if fs not in _SKIP_FSTYPES and not ro
-                                and not p.startswith(("/proc", "/sys"))
-                                and (not p.startswith("/dev") or p == "/dev/shm")},
-                               key=len)
-        self._reveal = _reveal_plan([sys.prefix, sys.base_prefix, self._python_dir,
-                                     os.path.dirname(os.path.realpath(sandbox_python()))])
+        self._jail = _jail_plan([sys.prefix, sys.base_prefix, self._python_dir,
+                                 os.path.dirname(os.path.realpath(sandbox_python())),
+                                 *tools])
+        self.jail_path = self.root / "jail"
+        """The mount point of each command's closed root in overlay mode (empty on the host)."""
+        self.jail_path.mkdir()
         self._user_netns = False
         self.mode = "copy"
         if isolation in ("auto", "overlay") and self._overlay_possible():
@@ -350,10 +445,11 @@ class Sandbox:
             "scrubbed_environment": True,
             "no_network": overlay or self._user_netns,
             "host_filesystem_read_only": overlay,
+            "host_filesystem_hidden": overlay,
             "unprivileged_user": overlay or os.geteuid() != 0,
             "private_pid_namespace": overlay,
             "copy_on_write_fork": overlay,
-            "reads_outside_task_blocked": False,
+            "reads_outside_task_blocked": overlay,
         }
 
     def _own(self, path: Path) -> None:
@@ -431,14 +527,13 @@ class Sandbox:
         limits = self.limits
         overlay = self.mode == "overlay"
         libc = self._libc
-        target = str(self.repo_path).encode()
+        jail = str(self.jail_path)
         options = (f"lowerdir={workspace.base},upperdir={workspace.upper},"
                    f"workdir={workspace.work}").encode()
         shm_options = f"size={limits.tmpfs_mb}m,mode=1777".encode()
-        scratch = str(self.scratch_path).encode()
-        remount = [p.encode() for p in self._remount]
-        reveal = [(hidden.encode(), [t.encode() for t in targets])
-                  for hidden, targets in self._reveal.items()]
+        repo = str(self.repo_path)
+        scratch = str(self.scratch_path)
+        plan = self._jail
 
         def setup() -> None:  # runs in the child between fork and exec
             if overlay:
@@ -447,29 +542,7 @@ class Sandbox:
                     raise OSError(ctypes.get_errno(), "unshare")
                 if libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
                     raise OSError(ctypes.get_errno(), "mount --make-rprivate /")
-                if libc.mount(b"overlay", target, b"overlay", 0, options) != 0:
-                    raise OSError(ctypes.get_errno(), "mount overlay")
-                for hidden, targets in reveal:  # e.g. a Python installed under /root (0700)
-                    fds = [os.open(t, os.O_PATH) for t in targets]
-                    if libc.mount(b"tmpfs", hidden, b"tmpfs", _MS_NOSUID | _MS_NODEV,
-                                  b"size=1m,mode=755") != 0:
-                        raise OSError(ctypes.get_errno(), "mount tmpfs")
-                    for t, fd in zip(targets, fds, strict=True):
-                        os.makedirs(t, exist_ok=True)
-                        if libc.mount(f"/proc/self/fd/{fd}".encode(), t, None,
-                                      _MS_BIND | _MS_REC, None) != 0:
-                            raise OSError(ctypes.get_errno(), "bind interpreter")
-                        libc.mount(b"none", t, None,
-                                   _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID, None)
-                        os.close(fd)
-                if libc.mount(b"tmpfs", scratch, b"tmpfs", _MS_NOSUID | _MS_NODEV,
-                              shm_options) != 0:
-                    raise OSError(ctypes.get_errno(), "mount scratch tmpfs")
-                for point in remount:
-                    flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
-                    if libc.mount(b"none", point, None, flags, None) != 0 and point == b"/":
-                        raise OSError(ctypes.get_errno(), "remount / read-only")
-                os.chdir(target)
+                _enter_jail(libc, plan, jail, repo, scratch, options, shm_options)
             resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds))
             mem = limits.memory_mb * 2**20
             resource.setrlimit(resource.RLIMIT_AS, (mem, mem))

@@ -22,14 +22,12 @@ import argparse
 import ast
 import copy
 import json
+import os
 import random
 import re
 import shlex
 import shutil
-import subprocess
 import sys
-import tarfile
-import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -47,10 +45,11 @@ __all__ = [
     "builtin_tasks",
     "evaluate",
     "generate_tasks",
-    "load_swebench_jsonl",
+    "is_test_file",
     "mutation_sites",
     "parse_pytest_report",
     "project_names",
+    "reset_test_files",
     "validate_task",
 ]
 
@@ -231,10 +230,11 @@ class Edit:
 class SWETask:
     """A working tree, a problem statement, and the tests that decide the reward.
 
-    ``build(directory)`` writes the task's starting tree. Before evaluation the paths in
-    ``test_paths`` are restored from the starting tree (an agent cannot pass by editing tests)
-    and ``eval_patch`` (SWE-bench's test patch) is applied. The reference fix is ``fix_edits``
-    (generated tasks) or ``reference_patch`` (a unified diff, SWE-bench's gold patch).
+    ``build(directory)`` writes the task's starting tree. Before evaluation every test file
+    and the paths in ``test_paths`` are reset to the starting tree (an agent cannot pass by
+    editing, adding or deleting tests) and ``eval_patch`` (SWE-bench's test patch) is
+    applied. The reference fix is ``fix_edits`` (generated tasks) or ``reference_patch`` (a
+    unified diff, SWE-bench's gold patch).
     """
 
     task_id: str
@@ -338,17 +338,63 @@ def _test_args(tests: Sequence[str]) -> str:
     return " ".join(shlex.quote(t) for t in (tests if len(tests) <= 50 else files))
 
 
+_TEST_FILE = re.compile(r"(^|/)(tests?|testing)(/|$)|(^|/)test_[^/]*\.py$|_tests?\.py$"
+                        r"|(^|/)conftest\.py$|(^|/)pytest\.ini$")
+"""What counts as a test file when scoring: anything under a ``test``, ``tests`` or
+``testing`` directory, ``test_*.py``, ``*_test.py``, ``*_tests.py``, every ``conftest.py`` and
+``pytest.ini`` (pytest's own naming rules plus the files that can change how tests run)."""
+
+
+def is_test_file(rel: str) -> bool:
+    """True when the repository path ``rel`` is a test file (see ``_TEST_FILE``)."""
+    return bool(_TEST_FILE.search(rel.replace("\\", "/")))
+
+
+def _pristine_files(workspace: Workspace) -> list[str]:
+    out: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(workspace.base):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        rel_dir = os.path.relpath(dirpath, workspace.base)
+        out.extend(os.path.normpath(os.path.join(rel_dir, name)) for name in filenames)
+    return out
+
+
+def reset_test_files(workspace: Workspace, task: SWETask) -> list[str]:
+    """Put every test file of ``workspace`` back as it is at the task's start (SWE-bench's
+    ``git checkout base_commit -- <tests>``, extended from the files ``test_patch`` names to
+    every test file): edited ones are restored, created ones deleted, deleted ones brought
+    back, and ``task.test_paths`` restored whole. Returns the paths reset."""
+    changed = {rel for rel in workspace.changed_files() if is_test_file(rel)}
+    missing = {rel for rel in _pristine_files(workspace)
+               if is_test_file(rel) and workspace.read_bytes(rel) is None}
+    targets = sorted(changed | missing | set(task.test_paths))
+    for rel in targets:
+        workspace.restore(rel)
+    for rel in sorted(missing):  # still hidden: an ancestor was deleted and made again
+        if workspace.read_bytes(rel) is None:
+            parts = Path(rel).parts
+            ancestor = next((str(Path(*parts[:i])) for i in range(1, len(parts))
+                             if is_test_file(str(Path(*parts[:i])) + "/")), None)
+            if ancestor is not None:
+                workspace.restore(ancestor)
+                targets.append(ancestor)
+    return targets
+
+
 def evaluate(sandbox: Sandbox, workspace: Workspace, task: SWETask,
              tests: Sequence[str] | None = None, *, timeout_s: float = 120.0) -> dict[str, bool]:
-    """Run ``tests`` (default: FAIL_TO_PASS + PASS_TO_PASS) in a fresh copy of ``workspace``
-    with the task's tests restored; return test id -> passed."""
+    """Run ``tests`` (default: FAIL_TO_PASS + PASS_TO_PASS) the way SWE-bench scores them, in
+    a fresh copy of ``workspace``: every test file reset to the task's start
+    (:func:`reset_test_files`), then the test patch applied (if it does not apply, every test
+    counts as failed), then the task's test command; return test id -> passed."""
     selected = list(tests) if tests is not None else [*task.fail_to_pass, *task.pass_to_pass]
     fresh = workspace.fork()
     try:
-        for rel in task.test_paths:
-            fresh.restore(rel)
+        reset_test_files(fresh, task)
         if task.eval_patch:
-            sandbox.run(fresh, "git apply -", stdin=task.eval_patch)
+            applied = sandbox.run(fresh, "git apply -", stdin=task.eval_patch)
+            if applied.returncode != 0:
+                return dict.fromkeys(selected, False)
         result = sandbox.run(fresh, task.test_command.format(tests=_test_args(selected)),
                              timeout_s=timeout_s)
     finally:
@@ -509,67 +555,6 @@ def apply_reference_fix(sandbox: Sandbox, workspace: Workspace, task: SWETask) -
                   "p.write_text(p.read_text().replace(e['old'], e['new'], 1))\n")
         sandbox.run(workspace, f"python -c {shlex.quote(script)}",
                     stdin=json.dumps(asdict(edit)))
-
-
-# --------------------------------------------------------------------------------------------
-# SWE-bench-format instances
-# --------------------------------------------------------------------------------------------
-
-
-def _patch_files(patch: str) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(re.findall(r"^diff --git a/(\S+) b/", patch, flags=re.M)))
-
-
-def _as_list(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return list(json.loads(value)) if value.strip() else []
-    return list(value or [])
-
-
-def load_swebench_jsonl(path: str | Path, repos: str | Path | Mapping[str, str | Path], *,
-                        test_command: str = DEFAULT_TEST_COMMAND) -> TaskSet:
-    """SWE-bench-format instances (``instance_id``, ``repo``, ``base_commit``, ``patch``,
-    ``test_patch``, ``problem_statement``, ``FAIL_TO_PASS``, ``PASS_TO_PASS``; the test lists
-    may be JSON strings as on the Hugging Face hub) over the user's own git checkouts.
-
-    ``repos``: a mapping from the ``repo`` field (``owner/name``) to a checkout, or one
-    directory that is either the checkout itself or holds checkouts named ``owner__name``.
-    The starting tree is ``git archive base_commit`` of the checkout; the gold patch is the
-    reference fix and the test patch is applied before evaluation. No Docker: the tests run
-    with treeroll's Python unless ``test_command`` says otherwise.
-    """
-    tasks = []
-    for line in Path(path).read_text().splitlines():
-        if not line.strip():
-            continue
-        row = json.loads(line)
-        repo_name = row["repo"]
-        if isinstance(repos, Mapping):
-            checkout = Path(repos[repo_name])
-        else:
-            nested = Path(repos) / repo_name.replace("/", "__")
-            checkout = nested if nested.is_dir() else Path(repos)
-        if not (checkout / ".git").exists():
-            raise FileNotFoundError(f"{checkout} is not a git checkout of {repo_name}")
-
-        def build(dest: Path, checkout: Path = checkout, commit: str = row["base_commit"]) -> None:
-            with tempfile.TemporaryFile() as archive:
-                subprocess.run(["git", "-C", str(checkout), "archive", "--format=tar", commit],
-                               stdout=archive, check=True)
-                archive.seek(0)
-                with tarfile.open(fileobj=archive) as tar:
-                    tar.extractall(dest, filter="data")
-
-        tasks.append(SWETask(
-            task_id=row["instance_id"], problem_statement=row["problem_statement"],
-            fail_to_pass=tuple(_as_list(row["FAIL_TO_PASS"])),
-            pass_to_pass=tuple(_as_list(row.get("PASS_TO_PASS", []))), build=build,
-            buggy_files=_patch_files(row.get("patch", "")),
-            test_paths=_patch_files(row.get("test_patch", "")),
-            eval_patch=row.get("test_patch", ""), reference_patch=row.get("patch", ""),
-            test_command=test_command,
-            meta={"repo": repo_name, "base_commit": row["base_commit"]}))
-    return TaskSet(tasks)
 
 
 # --------------------------------------------------------------------------------------------
