@@ -72,7 +72,8 @@ def test_sft_killed_at_a_random_moment_then_resumed_matches_the_uninterrupted_ru
     sft = _cli("sft", "--config", str(config))
     subprocess.run([*sft, "--name", "whole"], cwd=ROOT, check=True, capture_output=True,
                    timeout=600)
-    chooser = random.Random()
+    seed = random.randrange(2**32)  # a new moment each run; the seed is in every message
+    chooser = random.Random(seed)
     after, delay = chooser.randint(3, 9), chooser.uniform(0.0, 0.3)
     metrics = runs / "killed" / "metrics.jsonl"
 
@@ -84,7 +85,7 @@ def test_sft_killed_at_a_random_moment_then_resumed_matches_the_uninterrupted_ru
     subprocess.run([*sft, "--name", "killed", "--resume"], cwd=ROOT, check=True,
                    capture_output=True, timeout=600)
     whole, killed = _records(runs / "whole" / "metrics.jsonl"), _records(metrics)
-    assert killed == whole, f"killed after {after} steps + {delay:.2f} s"
+    assert killed == whole, f"killed after {after} steps + {delay:.2f} s (seed {seed})"
     steps = [r["step"] for r in killed if "loss" in r]
     assert steps == sorted(set(steps)) == list(range(1, 13))  # none lost, none twice
     assert _same_weights(runs / "whole" / "checkpoints" / "last.pt",
@@ -109,7 +110,8 @@ def test_compare_killed_at_a_random_moment_then_rerun_resumes_its_unfinished_run
     killed = _cli("compare", "--config", str(_compare_config(tmp_path / "k.yaml",
                                                              killed_report)))
     subprocess.run(whole, cwd=ROOT, check=True, capture_output=True, timeout=900)
-    chooser = random.Random()
+    seed = random.randrange(2**32)  # a new moment each run; the seed is in every message
+    chooser = random.Random(seed)
     victim = chooser.choice(["chain_seed0", "tree_grpo_seed0"])  # the run the kill lands in
     after, delay = chooser.randint(1, 5), chooser.uniform(0.0, 0.3)
     run = killed_report / "runs" / victim
@@ -125,7 +127,7 @@ def test_compare_killed_at_a_random_moment_then_rerun_resumes_its_unfinished_run
         a, b = whole_report / "runs" / name, killed_report / "runs" / name
         records = _records(b / "metrics.jsonl")
         assert records == _records(a / "metrics.jsonl"), \
-            f"{name}: killed in {victim} after {after} steps + {delay:.2f} s"
+            f"{name}: killed in {victim} after {after} steps + {delay:.2f} s (seed {seed})"
         steps = [r["step"] for r in records if "leaves" in r]
         assert steps == sorted(set(steps)) == list(range(1, 7))
         assert _same_weights(a / "checkpoints" / "last.pt", b / "checkpoints" / "last.pt")

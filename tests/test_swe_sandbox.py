@@ -58,7 +58,9 @@ def test_a_file_outside_the_task_cannot_be_read(env, tmp_path):
                    f"grep -rs GOLD_FIX_MARKER /tmp /home /dev {tmp_path.parent} "
                    "| head -3")
     assert "timed out" not in obs
-    assert "GOLD_FIX_MARKER" not in obs and "No such file or directory" in obs
+    assert "GOLD_FIX_MARKER" not in obs
+    assert f"cat: {checkout}/fixed.py: No such file or directory" in obs
+    assert f"ls: cannot access '{tmp_path}': No such file or directory" in obs
 
 
 @needs_overlay
@@ -105,8 +107,28 @@ def test_other_tasks_trees_cannot_be_found(env):
     assert "timed out" not in obs
     assert "OTHER_TREE" not in obs and "No such file or directory" in obs
     assert not any(line.endswith("other_task.txt") for line in obs.splitlines())
-    listing = run(env, f"ls {env.sandbox.root}")
-    assert sorted(listing.split("<output>")[-1].split("</output>")[0].split()) == ["repo", "tmp"]
+    listing = run(env, f"ls {env.sandbox.root}; pwd")
+    assert "No such file or directory" in listing and "/testbed" in listing
+
+
+@needs_overlay
+def test_a_sandbox_rooted_under_tmp_still_runs_closed(tmp_path):
+    box = Sandbox(tmp_path, isolation="overlay")  # /tmp holds its trees: still overlay mode
+    try:
+        base = box.base("t", lambda d: (d / "a.txt").write_text("hi\n"), git=False)
+        out = box.run(box.workspace(base), f"cat a.txt; pwd; ls {tmp_path} 2>&1; "
+                                           "python -c 'import multiprocessing as m; m.Lock(); "
+                                           "print(\"shm ok\")'").output
+        assert out.startswith("hi\n/testbed\n") and "No such file" in out and "shm ok" in out
+    finally:
+        box.close()
+
+
+def test_a_tool_path_that_would_show_the_sandboxs_trees_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="holds the sandbox's own trees"):
+        Sandbox(tmp_path, tools=["/"])
+    with pytest.raises(ValueError, match="does not exist"):
+        Sandbox(tmp_path, tools=[str(tmp_path / "missing")])
 
 
 @needs_overlay

@@ -146,3 +146,11 @@ def test_swebench_task_in_env(swebench_repo, sandbox):
         "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```")
     assert (reward, terminated, info["success"]) == (1.0, True, True)
     env.close()
+
+
+def test_report_lines_printed_before_the_summary_are_not_the_verdict():
+    out = ("____ test_y ____\n----- Captured stdout call -----\nPASSED tests/a.py::test_y\n"
+           "=========================== short test summary info ============================\n"
+           "PASSED tests/a.py::test_x\nFAILED tests/a.py::test_y - AssertionError\n")
+    assert parse_pytest_report(out) == {"tests/a.py::test_x": "PASSED",
+                                        "tests/a.py::test_y": "FAILED"}

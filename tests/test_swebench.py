@@ -149,6 +149,10 @@ def test_the_instances_test_command_and_repo_path_are_honoured(instance, sandbox
 
 @pytest.mark.parametrize(("change", "field", "says"), [
     ({"base_commit": "0" * 40}, "base_commit", "is not a commit of"),
+    ({"base_commit": "HEAD"}, "base_commit", "not a full commit hash"),
+    ({"FAIL_TO_PASS": ["../outside/test_x.py::test_a"]}, "FAIL_TO_PASS", "inside the repo"),
+    ({"FAIL_TO_PASS": ["/abs/test_x.py::test_a"]}, "FAIL_TO_PASS", "inside the repo"),
+    ({"test_patch": "diff --git a/../x.py b/../x.py\n"}, "test_patch", "outside the repo"),
     ({"FAIL_TO_PASS": ["test_determinant (tests.Matrix)"]}, "FAIL_TO_PASS", "pytest node id"),
     ({"FAIL_TO_PASS": "[]"}, "FAIL_TO_PASS", "is empty"),
     ({"PASS_TO_PASS": 3}, "PASS_TO_PASS", "list of test ids"),
@@ -174,8 +178,8 @@ def test_malformed_lines_missing_fields_and_repeats_are_all_reported(instance, t
     root, _, row, _ = instance
     missing = {k: v for k, v in row.items() if k != "base_commit"} | {"instance_id": "other"}
     jsonl = tmp_path / "bad.jsonl"
-    jsonl.write_text("\n".join([json.dumps(row), "{not json", json.dumps(missing),
-                                json.dumps(row), "[1, 2]"]) + "\n")
+    jsonl.write_bytes(("\n".join([json.dumps(row), "{not json", json.dumps(missing),
+                                  json.dumps(row), "[1, 2]"]) + "\n").encode() + b"\xff\xfe\n")
     with pytest.raises(SWEInstanceError) as err:
         load_swebench_jsonl(jsonl, root)
     problems = err.value.problems
@@ -184,6 +188,7 @@ def test_malformed_lines_missing_fields_and_repeats_are_all_reported(instance, t
     assert "'base_commit': is missing" in problems[1]
     assert f"{jsonl}:4:" in problems[2] and "repeats line 1" in problems[2]
     assert f"{jsonl}:5:" in problems[3] and "JSON object" in problems[3]
+    assert problems[4] == f"{jsonl}:6: not UTF-8 (byte 1)"
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_swebench_jsonl(tmp_path / "nope.jsonl", root)
 
@@ -197,3 +202,57 @@ def test_malformed_lines_missing_fields_and_repeats_are_all_reported(instance, t
 ])
 def test_which_files_count_as_test_files(path, expected):
     assert is_test_file(path) is expected
+
+
+_HOOK = ("import pytest\n\n@pytest.hookimpl(hookwrapper=True)\n"
+         "def pytest_runtest_makereport(item, call):\n    outcome = yield\n"
+         "    outcome.get_result().outcome = 'passed'\n")
+_FAKE_PYTEST = ("import sys\nfor t in sys.argv[1:]:\n    print('PASSED ' + t)\n")
+HACKS = {
+    "a link named conftest.py": f"cat > hack.py <<'EOF'\n{_HOOK}EOF\nln -s hack.py conftest.py",
+    "a hook loaded by pyproject.toml": (
+        f"mkdir -p plug && cat > plug/hackplug.py <<'EOF'\n{_HOOK}EOF\n"
+        "printf '[tool.pytest.ini_options]\\naddopts = \"-p hackplug\"\\n"
+        "pythonpath = [\"plug\"]\\n' > pyproject.toml"),
+    "a hook loaded by .pytest.ini": (
+        f"cat > hackplug.py <<'EOF'\n{_HOOK}EOF\n"
+        "printf '[pytest]\\naddopts = -p hackplug\\n' > .pytest.ini"),
+    "a pytest.py that replaces pytest": f"cat > pytest.py <<'EOF'\n{_FAKE_PYTEST}EOF",
+    "report lines printed by the library": (
+        "cat >> numkit/matrix.py <<'EOF'\n\n_determinant = determinant\n\n\n"
+        "def determinant(*args, **kwargs):\n"
+        "    for name in ('test_determinant', 'test_determinant_non_square'):\n"
+        "        print('PASSED tests/test_matrix.py::' + name)\n"
+        "    return _determinant(*args, **kwargs)\nEOF"),
+}
+
+
+def _old_verdict(output: str) -> dict[str, str]:
+    """How the first scorer read a report: the first report-like line anywhere."""
+    import re
+
+    found: dict[str, str] = {}
+    for line in output.splitlines():
+        match = re.match(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED) (\S+)", line)
+        if match:
+            found.setdefault(match.group(2), match.group(1))
+    return found
+
+
+@pytest.mark.parametrize("hack", sorted(HACKS))
+def test_a_hack_that_fooled_plain_pytest_earns_nothing(instance, sandbox, hack):
+    root, jsonl, _, task = instance
+    t = load_swebench_jsonl(jsonl, root)[0]
+    base = sandbox.base(f"task:{t.task_id}", t.build)
+    ws = sandbox.workspace(base)
+    try:
+        done = sandbox.run(ws, HACKS[hack])
+        assert done.returncode == 0, done.output
+        plain = sandbox.run(ws, "python -m pytest -rA -q --tb=short -p no:cacheprovider "
+                                + " ".join(task.fail_to_pass))
+        fooled = _old_verdict(plain.output)
+        assert all(fooled.get(test) == "PASSED" for test in task.fail_to_pass), plain.output
+        results = evaluate(sandbox, ws, t)
+        assert not any(results[test] for test in task.fail_to_pass)
+    finally:
+        ws.remove()

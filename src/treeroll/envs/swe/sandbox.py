@@ -3,35 +3,36 @@
 Two isolation modes, chosen once per :class:`Sandbox` (``Sandbox.mode``):
 
 ``"overlay"`` (running as root on Linux with ``unshare`` and overlayfs; what treeroll's CI uses)
-    Each command runs in fresh mount, network and PID namespaces. The task's pristine tree is
-    the read-only *lower* layer shared by every branch; a branch's edits live in its own small
-    *upper* directory (copy-on-write of edited files, by overlayfs). Inside the namespaces the
-    whole host filesystem is remounted read-only except the overlay (the task tree) and a
-    private size-limited tmpfs (``TMPDIR`` and ``HOME``); the command then runs as the
-    unprivileged user ``nobody`` with ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_NPROC`` and
-    ``RLIMIT_FSIZE``, no network interfaces but a down loopback, a fresh ``/proc`` that shows
-    only the sandbox's own processes, and a scrubbed environment. When the command ends or its
-    wall timeout fires, its PID namespace is torn down, which kills every process it started,
-    daemonised ones included. :meth:`Workspace.fork` copies only the upper directory (the
-    files the branch edited), so forking costs O(edited files), not O(tree).
+    Each command runs in fresh mount, network and PID namespaces inside a **closed root**: a
+    fresh tmpfs made ``/`` with ``pivot_root`` that holds, read-only (submounts included) and
+    nosuid, the system directories (``/usr``, ``/bin``, ``/lib*``), a few ``/etc`` entries
+    and treeroll's Python installation (plus ``tools``), each at its host path; the branch's
+    tree at ``/testbed``; a private size-limited tmpfs at ``/tmp`` (``TMPDIR`` and ``HOME``);
+    a minimal ``/dev``; and a fresh ``/proc`` that shows only the command's own processes.
+    Nothing else of the host exists inside: homes, other checkouts, treeroll's own sources,
+    other tasks' trees, ``/sys``. The task's pristine tree is the read-only *lower* layer
+    shared by every branch; a branch's edits live in its own small *upper* directory
+    (copy-on-write of edited files, by overlayfs). The command runs as the unprivileged user
+    ``nobody`` with ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_NPROC`` and ``RLIMIT_FSIZE``, no
+    network interfaces but a down loopback, and a scrubbed environment. When the command ends
+    or its wall timeout fires, its PID namespace is torn down, which kills every process it
+    started, daemonised ones included. :meth:`Workspace.fork` copies only the upper directory
+    (the files the branch edited), so forking costs O(edited files), not O(tree). If the
+    closed root cannot be built (no ``pivot_root``), the probe fails and copy mode is used.
 
 ``"copy"`` (fallback: not root, or no namespaces/overlayfs)
     The working tree is a plain directory (forked by a full copy); commands run in their own
     session with the same rlimits, a scrubbed environment and a wall timeout, and in a user +
     network namespace (``unshare -rn``) if the kernel allows one. Files outside the tree that
-    the current user may write are *not* protected in this mode, and processes that leave the
-    session (``setsid``) survive the timeout. ``Sandbox.containment`` says what was achieved.
+    the current user may read or write are *not* protected in this mode, and processes that
+    leave the session (``setsid``) survive the timeout. ``Sandbox.containment`` says what was
+    achieved.
 
-What is *not* confined in either mode: reading world-readable files outside the task (the
-host's ``/usr``, the Python installation, treeroll's own sources -- needed to run ``python``
-and ``pytest``). In overlay mode a directory ``nobody`` cannot traverse that holds the Python
-installation (e.g. ``/root`` under pyenv) is replaced by an empty tmpfs with only the
-interpreter bound into it, so the rest of it stays hidden. ``RLIMIT_NPROC`` counts every
-process of ``nobody`` on the host, so sandboxes running commands at the same moment share it.
-Commands are set up in a ``preexec_fn``: step environments from one thread per process. The
-disk quota of a working tree is enforced by polling its size while a command runs
-(``RLIMIT_FSIZE`` bounds each file): a command that exceeds it is killed and the files it
-created are deleted.
+``RLIMIT_NPROC`` counts every process of ``nobody`` on the host, so sandboxes running
+commands at the same moment share it. Commands are set up in a ``preexec_fn``: step
+environments from one thread per process. The disk quota of a working tree is enforced by
+polling its size while a command runs (``RLIMIT_FSIZE`` bounds each file): a command that
+exceeds it is killed and the files it created are deleted.
 """
 
 from __future__ import annotations
@@ -173,6 +174,10 @@ _ETC_ENTRIES = ("passwd", "group", "nsswitch.conf", "hosts", "ld.so.cache", "ld.
 ``alternatives`` links (``/usr/bin/awk`` points there), TLS roots and shell defaults; nothing
 else of the host's configuration."""
 _DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
+JAIL_REPO = "/testbed"
+"""The working tree's path inside the closed root (SWE-bench's images use the same)."""
+JAIL_TMP = "/tmp"
+"""The private scratch tmpfs inside the closed root (``TMPDIR`` and ``HOME``)."""
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "arm64": 41, "riscv64": 41, "ppc64le": 203,
                "s390x": 217}
 """``pivot_root(2)`` syscall numbers (glibc has no wrapper); elsewhere ``chroot(2)`` is used
@@ -187,6 +192,8 @@ class _Jail:
 
     links: tuple[tuple[str, str], ...]
     binds: tuple[tuple[str, bool], ...]
+    submounts: tuple[str, ...] = ()
+    """Host mount points, so that mounts below a bound path are made read-only too."""
 
 
 def _outermost(paths: list[str]) -> list[str]:
@@ -199,7 +206,7 @@ def _outermost(paths: list[str]) -> list[str]:
     return sorted(kept)
 
 
-def _jail_plan(tools: list[str]) -> _Jail:
+def _jail_plan(tools: list[str], root: Path) -> _Jail:
     """The closed root: the system directories, a few ``/etc`` entries, and ``tools`` (the
     Python installation commands run, plus any path a caller adds), each read-only at its
     host path. Everything else of the host (homes, other checkouts, treeroll's own sources,
@@ -217,13 +224,17 @@ def _jail_plan(tools: list[str]) -> _Jail:
         path = os.path.realpath(raw)
         if not os.path.exists(path):
             raise ValueError(f"sandbox tool path {raw!r} does not exist")
+        if path == "/" or str(root).startswith(path.rstrip(os.sep) + os.sep):
+            raise ValueError(f"sandbox tool path {raw!r} holds the sandbox's own trees "
+                             f"({root}); name the tool's own folder")
         resolved.append(path)
     dirs = _outermost(binds + resolved)
     files = [(f"/etc/{name}", os.path.isdir(f"/etc/{name}")) for name in _ETC_ENTRIES
              if os.path.exists(f"/etc/{name}")]
     files = [(path, is_dir) for path, is_dir in files
              if not any(path.startswith(d + os.sep) for d in dirs)]
-    return _Jail(links=tuple(links), binds=tuple((d, True) for d in dirs) + tuple(files))
+    return _Jail(links=tuple(links), binds=tuple((d, True) for d in dirs) + tuple(files),
+                 submounts=tuple(point for point, _, _ in _mount_points()))
 
 
 def _copy_tree(src: Path, dst: Path) -> None:
@@ -295,13 +306,21 @@ def _mount(libc: ctypes.CDLL, source: str, target: str, fstype: str | None, flag
 
 
 def _bind_read_only(libc: ctypes.CDLL, source: str, target: str, *, is_dir: bool,
-                    devices: bool = False) -> None:
+                    devices: bool = False, submounts: Sequence[str] = ()) -> None:
+    """Bind ``source`` at ``target`` read-only, nosuid (and nodev unless ``devices``),
+    with every host mount below ``source`` (``submounts``) made read-only too."""
     os.makedirs(target if is_dir else os.path.dirname(target), exist_ok=True)
     if not is_dir and not os.path.exists(target):
         os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
     _mount(libc, source, target, None, _MS_BIND | _MS_REC, None, "bind")
     flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | (0 if devices else _MS_NODEV)
     _mount(libc, "none", target, None, flags, None, "remount read-only")
+    prefix = source.rstrip("/") + "/"
+    for point in submounts:
+        if point.startswith(prefix):
+            inner = target + "/" + point[len(prefix):]
+            if os.path.isdir(inner) or os.path.isfile(inner):
+                _mount(libc, "none", inner, None, flags, None, "remount a submount read-only")
 
 
 def _enter_jail(libc: ctypes.CDLL, plan: _Jail, jail: str, repo: str, scratch: str,
@@ -315,9 +334,10 @@ def _enter_jail(libc: ctypes.CDLL, plan: _Jail, jail: str, repo: str, scratch: s
     for path, target in plan.links:
         os.symlink(target, jail + path)
     for path, is_dir in plan.binds:
-        _bind_read_only(libc, path, jail + path, is_dir=is_dir)
+        _bind_read_only(libc, path, jail + path, is_dir=is_dir, submounts=plan.submounts)
     os.makedirs(jail + repo, exist_ok=True)
-    _mount(libc, "overlay", jail + repo, "overlay", 0, overlay_options, "mount overlay")
+    _mount(libc, "overlay", jail + repo, "overlay", _MS_NOSUID | _MS_NODEV, overlay_options,
+           "mount overlay")
     os.makedirs(jail + scratch, exist_ok=True)
     _mount(libc, "tmpfs", jail + scratch, "tmpfs", _MS_NOSUID | _MS_NODEV, tmp_options,
            "mount scratch tmpfs")
@@ -336,7 +356,9 @@ def _enter_jail(libc: ctypes.CDLL, plan: _Jail, jail: str, repo: str, scratch: s
     os.makedirs(jail + "/proc", exist_ok=True)
     os.chdir(jail)
     number = _PIVOT_ROOT.get(os.uname().machine)
-    if number is not None and libc.syscall(number, b".", b".") == 0:
+    if number is not None:  # a failure here fails the probe: copy mode, and it says so
+        if libc.syscall(number, b".", b".") != 0:
+            raise OSError(ctypes.get_errno(), "pivot_root")
         if libc.umount2(b".", _MNT_DETACH) != 0:  # the old root, stacked on the new one
             raise OSError(ctypes.get_errno(), "detach the host root")
     elif libc.chroot(b".") != 0:
@@ -372,13 +394,12 @@ class Sandbox:
         self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.root), True)
         (self.root / "bases").mkdir()
         (self.root / "ws").mkdir()
-        self.repo_path = self.root / "repo"
-        """Where the working tree appears to commands in overlay mode (the same for all
-        branches: each command mounts its own branch's tree there, privately)."""
-        self.repo_path.mkdir()
-        self.scratch_path = self.root / "tmp"
+        self.repo_path = Path(JAIL_REPO)
+        """Where the working tree appears to commands in overlay mode (the same for every
+        branch and every sandbox: each command mounts its own branch's tree there, inside its
+        closed root)."""
+        self.scratch_path = Path(JAIL_TMP)
         """Where each command's private tmpfs (``TMPDIR``, ``HOME``) appears in overlay mode."""
-        self.scratch_path.mkdir()
         self._counter = itertools.count()
         self._libc = _libc()
         self._unshare = shutil.which("unshare")
@@ -386,7 +407,7 @@ class Sandbox:
         self._python_dir = str(Path(sandbox_python()).parent)
         self._jail = _jail_plan([sys.prefix, sys.base_prefix, self._python_dir,
                                  os.path.dirname(os.path.realpath(sandbox_python())),
-                                 *tools])
+                                 *tools], self.root)
         self.jail_path = self.root / "jail"
         """The mount point of each command's closed root in overlay mode (empty on the host)."""
         self.jail_path.mkdir()

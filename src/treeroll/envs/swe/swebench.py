@@ -7,11 +7,16 @@ lists may be JSON strings as on the Hugging Face hub) and two optional ones tree
 and ``test_command`` (this instance's test command, ``{tests}`` standing for the selected test
 ids; appended when absent). Other fields (``version``, ``hints_text``, ...) are ignored.
 
-Everything that can be checked without running the tests is checked at load, before any work
-starts: each line parses, every required field is there with the right type, the checkout is
-found and is a git repository, ``base_commit`` exists in it, every test id is a pytest node id
-(treeroll scores with pytest), the test command formats. Every problem found is reported,
-each with the file, line, instance and field.
+Checked at load, before any work starts: each line is UTF-8 and parses, every required field
+is there with the right type, the checkout is found and is a git repository, ``base_commit``
+is a full commit hash that exists in it (a branch name could point at the fixed commit),
+every test id is a pytest node id inside the repository (treeroll scores with pytest: Django-
+and sympy-style ids are refused), the patches name only paths inside the repository, the test
+command formats. Every problem found is reported, each with the file, line, instance and
+field. Not checked at load: whether the patches apply (the test patch is applied at scoring,
+where one that does not apply fails every test; ``validate_task`` applies the gold patch).
+The starting tree is ``git archive``'s: files marked ``export-ignore`` and submodules are not
+in it.
 """
 
 from __future__ import annotations
@@ -32,8 +37,8 @@ __all__ = ["SWEInstanceError", "load_swebench_jsonl"]
 _REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "FAIL_TO_PASS")
 _TEXT_FIELDS = ("instance_id", "repo", "base_commit", "problem_statement", "patch",
                 "test_patch", "repo_path", "test_command")
-_NODE_ID = re.compile(r"^[^\s:][^:\n]*\.py(::[^\n]+)?$")
-_COMMIT = re.compile(r"^[0-9a-fA-F]{4,64}$|^[\w./-]+$")
+_NODE_ID = re.compile(r"^[^\s:/][^:\n]*\.py(::[^\n]+)?$")
+_COMMIT = re.compile(r"^([0-9a-f]{40}|[0-9a-f]{64})$")
 
 
 class SWEInstanceError(ValueError):
@@ -88,6 +93,12 @@ def _find_checkout(row: Mapping[str, Any], here: Path,
                                "repos (a folder or a mapping) or the instance's repo_path"))
 
 
+def _inside(path: str) -> bool:
+    """True for a relative path that stays inside the repository."""
+    parts = Path(path).parts
+    return bool(parts) and not Path(path).is_absolute() and ".." not in parts
+
+
 def _commit_exists(checkout: Path, commit: str) -> bool:
     done = subprocess.run(["git", "-C", str(checkout), "cat-file", "-e", f"{commit}^{{commit}}"],
                           capture_output=True)
@@ -111,11 +122,15 @@ def _check_row(row: Any, here: Path, repos: Any,
         except (ValueError, json.JSONDecodeError) as err:
             problems.append((name, str(err)))
             continue
-        bad = [t for t in lists[name] if not _NODE_ID.match(t)]
+        bad = [t for t in lists[name] if not _NODE_ID.match(t) or not _inside(t.split("::")[0])]
         if bad:
-            problems.append((name, f"{bad[0]!r} is not a pytest node id "
+            problems.append((name, f"{bad[0]!r} is not a pytest node id inside the repository "
                                    "('path/to/test_file.py::test_name'); treeroll scores with "
                                    "pytest"))
+    for name in ("patch", "test_patch"):
+        outside = [f for f in _patch_files(row.get(name, "")) if not _inside(f)]
+        if outside:
+            problems.append((name, f"names {outside[0]!r}, a path outside the repository"))
     if "FAIL_TO_PASS" in lists and not lists["FAIL_TO_PASS"]:
         problems.append(("FAIL_TO_PASS", "is empty: an instance needs a failing test to fix"))
     command = row.get("test_command") or test_command
@@ -131,8 +146,10 @@ def _check_row(row: Any, here: Path, repos: Any,
         checkout = _find_checkout(row, here, repos)
     except LookupError as err:
         problems.append(err.args[0])
-    if checkout is not None and not (_COMMIT.match(row["base_commit"])
-                                     and _commit_exists(checkout, row["base_commit"])):
+    if not _COMMIT.match(row["base_commit"]):
+        problems.append(("base_commit", f"{row['base_commit']!r} is not a full commit hash "
+                                        "(40 or 64 lowercase hex digits)"))
+    elif checkout is not None and not _commit_exists(checkout, row["base_commit"]):
         problems.append(("base_commit", f"{row['base_commit']!r} is not a commit of {checkout}"))
     return problems, {"checkout": checkout, "command": command, **lists}
 
@@ -169,7 +186,12 @@ def load_swebench_jsonl(path: str | Path,
     problems: list[str] = []
     tasks: list[SWETask] = []
     seen: dict[str, int] = {}
-    for lineno, line in enumerate(source.read_text().splitlines(), start=1):
+    for lineno, raw in enumerate(source.read_bytes().splitlines(), start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            problems.append(f"{source}:{lineno}: not UTF-8 (byte {err.start + 1})")
+            continue
         if not line.strip():
             continue
         try:

@@ -27,6 +27,7 @@ import random
 import re
 import shlex
 import shutil
+import stat
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -53,8 +54,12 @@ __all__ = [
     "validate_task",
 ]
 
-DEFAULT_TEST_COMMAND = "python -m pytest -rA -q --tb=short -p no:cacheprovider {tests}"
-"""How tests run (``{tests}``: the shell-quoted test ids, empty for the whole suite)."""
+DEFAULT_TEST_COMMAND = ("python -P -m pytest -o pythonpath=. -rA -q --tb=short "
+                        "-p no:cacheprovider {tests}")
+"""How tests run (``{tests}``: the shell-quoted test ids, empty for the whole suite).
+``-P`` keeps the working tree off ``sys.path`` while pytest itself loads (a ``pytest.py``
+in the tree cannot replace it); ``-o pythonpath=.`` then puts the tree first for the tests,
+as ``python -m pytest`` would."""
 
 _PROJECTS_DIR = "swe_projects"
 _INDEX = ("swe_tasks", "index.json")
@@ -322,10 +327,19 @@ def builtin_tasks(index: str | Path | None = None) -> TaskSet:
 _REPORT = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED) (\S+)")
 
 
+_SUMMARY = re.compile(r"^=+ short test summary info =+$")
+
+
 def parse_pytest_report(output: str) -> dict[str, str]:
-    """Test id -> ``PASSED`` / ``FAILED`` / ``ERROR`` / ... from ``pytest -rA`` output."""
+    """Test id -> ``PASSED`` / ``FAILED`` / ``ERROR`` / ... from ``pytest -rA`` output.
+
+    Only the last "short test summary info" section is read when there is one: report-like
+    lines that the code under test printed earlier (captured output shown with a failure)
+    are not pytest's verdict."""
+    lines = output.splitlines()
+    starts = [i for i, line in enumerate(lines) if _SUMMARY.match(line.strip())]
     statuses: dict[str, str] = {}
-    for line in output.splitlines():
+    for line in lines[starts[-1] + 1:] if starts else lines:
         match = _REPORT.match(line)
         if match:
             statuses.setdefault(match.group(2), match.group(1))
@@ -339,10 +353,14 @@ def _test_args(tests: Sequence[str]) -> str:
 
 
 _TEST_FILE = re.compile(r"(^|/)(tests?|testing)(/|$)|(^|/)test_[^/]*\.py$|_tests?\.py$"
-                        r"|(^|/)conftest\.py$|(^|/)pytest\.ini$")
+                        r"|(^|/)tests?\.py$|(^|/)conftest\.py$"
+                        r"|(^|/)(\.?pytest\.(ini|toml)|setup\.cfg|tox\.ini|pyproject\.toml)$")
 """What counts as a test file when scoring: anything under a ``test``, ``tests`` or
-``testing`` directory, ``test_*.py``, ``*_test.py``, ``*_tests.py``, every ``conftest.py`` and
-``pytest.ini`` (pytest's own naming rules plus the files that can change how tests run)."""
+``testing`` directory, ``test_*.py``, ``*_test.py``, ``*_tests.py``, ``test.py`` and
+``tests.py`` (Django's), every ``conftest.py``, and the files pytest reads its settings from
+(``pytest.ini``, ``.pytest.ini``, ``pytest.toml``, ``.pytest.toml``, ``setup.cfg``,
+``tox.ini``, ``pyproject.toml``: an added ``addopts`` could load a plug-in that passes every
+test)."""
 
 
 def is_test_file(rel: str) -> bool:
@@ -359,15 +377,37 @@ def _pristine_files(workspace: Workspace) -> list[str]:
     return out
 
 
+def _touched(workspace: Workspace) -> set[str]:
+    """Paths of every entry this branch created, edited or replaced: regular files, links and
+    anything else (a link named ``conftest.py`` is as much a test file as a file is)."""
+    out = set(workspace.changed_files())
+    for dirpath, dirnames, filenames in os.walk(workspace.upper):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        rel_dir = os.path.relpath(dirpath, workspace.upper)
+        for name in dirnames + filenames:
+            full = os.path.join(dirpath, name)
+            if stat.S_ISREG(os.lstat(full).st_mode) or stat.S_ISDIR(os.lstat(full).st_mode):
+                continue  # regular files: changed_files compared them; directories: walked
+            rel = os.path.normpath(os.path.join(rel_dir, name))
+            original = workspace.base / rel
+            if workspace.sandbox.mode == "copy" and original.is_symlink() and \
+                    os.path.islink(full) and os.readlink(original) == os.readlink(full):
+                continue  # copy mode copies the pristine links too
+            out.add(rel)
+    return out
+
+
 def reset_test_files(workspace: Workspace, task: SWETask) -> list[str]:
     """Put every test file of ``workspace`` back as it is at the task's start (SWE-bench's
     ``git checkout base_commit -- <tests>``, extended from the files ``test_patch`` names to
-    every test file): edited ones are restored, created ones deleted, deleted ones brought
-    back, and ``task.test_paths`` restored whole. Returns the paths reset."""
-    changed = {rel for rel in workspace.changed_files() if is_test_file(rel)}
+    every test file and to the files the test ids name): edited ones are restored, created
+    ones (files or links) deleted, deleted ones brought back, and ``task.test_paths``
+    restored whole. Returns the paths reset."""
+    named = {t.split("::")[0] for t in (*task.fail_to_pass, *task.pass_to_pass)}
+    touched = {rel for rel in _touched(workspace) if is_test_file(rel) or rel in named}
     missing = {rel for rel in _pristine_files(workspace)
-               if is_test_file(rel) and workspace.read_bytes(rel) is None}
-    targets = sorted(changed | missing | set(task.test_paths))
+               if (is_test_file(rel) or rel in named) and workspace.read_bytes(rel) is None}
+    targets = sorted(touched | missing | set(task.test_paths))
     for rel in targets:
         workspace.restore(rel)
     for rel in sorted(missing):  # still hidden: an ancestor was deleted and made again
