@@ -239,3 +239,20 @@ def test_copy_mode_still_runs_and_times_out():
     finally:
         sandbox.close()
     assert not sandbox.root.exists()
+
+
+@needs_overlay
+def test_a_tool_under_tmp_is_visible_read_only_inside(tmp_path):
+    tool = tmp_path / "toolchain"  # e.g. a virtual environment made under /tmp (CI's clone)
+    tool.mkdir()
+    (tool / "run.sh").write_text("echo tool ran\n")
+    for path in (tmp_path, tool):
+        os.chmod(path, 0o755)
+    box = Sandbox(tmp_path / "trees", isolation="overlay", tools=[str(tool)])
+    try:
+        base = box.base("t", lambda d: (d / "a.txt").write_text("hi\n"), git=False)
+        out = box.run(box.workspace(base), f"bash {tool}/run.sh; touch {tool}/x; "
+                                           "echo y > /tmp/y && cat /tmp/y").output
+        assert "tool ran" in out and "Read-only file system" in out and out.endswith("y\n")
+    finally:
+        box.close()

@@ -333,16 +333,19 @@ def _enter_jail(libc: ctypes.CDLL, plan: _Jail, jail: str, repo: str, scratch: s
            "mount root tmpfs")
     for path, target in plan.links:
         os.symlink(target, jail + path)
+    # The scratch tmpfs first: a bound path under /tmp (a virtual environment made there,
+    # say) then gets its mount point inside it instead of being hidden by it.
+    os.makedirs(jail + scratch, exist_ok=True)
+    _mount(libc, "tmpfs", jail + scratch, "tmpfs", _MS_NOSUID | _MS_NODEV, tmp_options,
+           "mount scratch tmpfs")
+    if scratch != "/tmp":
+        os.makedirs(jail + "/tmp", exist_ok=True)
+        _mount(libc, jail + scratch, jail + "/tmp", None, _MS_BIND, None, "bind /tmp")
     for path, is_dir in plan.binds:
         _bind_read_only(libc, path, jail + path, is_dir=is_dir, submounts=plan.submounts)
     os.makedirs(jail + repo, exist_ok=True)
     _mount(libc, "overlay", jail + repo, "overlay", _MS_NOSUID | _MS_NODEV, overlay_options,
            "mount overlay")
-    os.makedirs(jail + scratch, exist_ok=True)
-    _mount(libc, "tmpfs", jail + scratch, "tmpfs", _MS_NOSUID | _MS_NODEV, tmp_options,
-           "mount scratch tmpfs")
-    os.makedirs(jail + "/tmp", exist_ok=True)
-    _mount(libc, jail + scratch, jail + "/tmp", None, _MS_BIND, None, "bind /tmp")
     os.makedirs(jail + "/dev", exist_ok=True)
     for node in _DEV_NODES:
         if os.path.exists("/dev/" + node):
