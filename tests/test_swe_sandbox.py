@@ -55,7 +55,7 @@ def test_a_file_outside_the_task_cannot_be_read(env, tmp_path):
         os.chmod(path, 0o755)
     os.chmod(checkout / "fixed.py", 0o644)
     obs = run(env, f"cat {checkout}/fixed.py; ls {tmp_path}; diff -r {checkout} . ; "
-                   f"grep -rs GOLD_FIX_MARKER /home /dev/shm {tmp_path.parent} "
+                   f"grep -rs GOLD_FIX_MARKER /home {tmp_path.parent} "
                    "| head -3")
     assert "timed out" not in obs
     assert "GOLD_FIX_MARKER" not in obs
