@@ -34,6 +34,14 @@ truncated trajectory with the reward it earned so far. When every tree is idle t
 may grant more (the tree's :class:`~treeroll.base.ExtendableStrategy` continues it). However a
 tree ended, a :class:`~treeroll.base.FinishingStrategy` then has the last word on it.
 
+Faults are contained per branch (stated because no paper covers them): an environment whose
+``step``, ``fork`` or ``reset`` raises, or a process scorer that raises or returns a wrong
+number of scores, marks the node it was working on ``failed`` with the error in ``node.note``;
+a failed node is never continued and is not a trajectory of the group
+(:data:`~treeroll.tree.NodeStatus.OUT_OF_GROUP`), and the rest of the batch goes on (the step
+record counts failed nodes under ``status``). ``KeyboardInterrupt`` and other
+``BaseException`` s are not caught.
+
 Nothing here needs one process: a branch is plain data (token ids, a node, an environment
 handle), so the thread pool can become remote environment workers without the strategies
 changing.
@@ -71,10 +79,12 @@ from treeroll.base import (
     UnitStrategy,
 )
 from treeroll.budgets import add_budget, clip_order, token_caps
+from treeroll.faults import ENV_ERROR, ContainedScorer, describe, fail, safe_step, timed_step
 from treeroll.formatting import TurnFormat
 from treeroll.tree import Node, NodeStatus, RolloutTree
 
 __all__ = ["BranchState", "UniformAllocator", "run_engine"]  # UniformAllocator: re-exported
+
 
 
 class BranchState(enum.Enum):
@@ -194,10 +204,10 @@ class _Engine:
             branch.state = BranchState.WAITING_ENV
             if self.pool is None:
                 tick = time.perf_counter()
-                branch.result = branch.env.step(branch.action_text)
+                branch.result = safe_step(branch.env, branch.action_text)
                 self.timing["env"] += time.perf_counter() - tick
             else:
-                branch.future = self.pool.submit(_timed_step, branch.env, branch.action_text)
+                branch.future = self.pool.submit(timed_step, branch.env, branch.action_text)
             self.stepping.append(branch)
 
     def _collect(self) -> list[_Branch]:
@@ -245,6 +255,9 @@ class _Engine:
         obs_ids, obs_text = ([], observation) if ended else self.turn_format.observation(
             observation, action_ended_turn=completion.finish_reason == "stop")
         info = dict(info)
+        error = info.pop(ENV_ERROR, None)
+        if error is not None:
+            truncated, ended, obs_ids, obs_text = True, True, [], ""
         info["cost"] = {"prefill": completion.prefill_tokens, "cached": completion.cached_tokens}
         if completion.top_logprobs is not None:
             info["top_logprobs"] = [[list(pair) for pair in position]
@@ -257,6 +270,8 @@ class _Engine:
             finish_reason=completion.finish_reason, entropy=completion.entropy,
             status=(NodeStatus.TERMINAL if terminated else
                     NodeStatus.TRUNCATED if truncated else NodeStatus.ACTIVE))
+        if error is not None:
+            fail(child, f"the environment raised {error}")
         node.status = NodeStatus.EXPANDED
         if not ended:
             child.env = branch.env
@@ -285,7 +300,7 @@ class _Engine:
             created_all.extend(created)
             run.ctx.unit = unit.key
             try:
-                entries = self.strategy.step(run.tree, created, run.ctx)
+                entries = self._contain(run, self.strategy.step(run.tree, created, run.ctx))
                 frontier.extend(entries)
                 keys.extend(self._units_of(run, entries))
             finally:
@@ -301,6 +316,17 @@ class _Engine:
                 if (node.env is not None and node.parent is not None and id(node) not in live
                         and not self.strategy.keeps_snapshot(run.tree, node, run.ctx)):
                     node.env = None
+
+    @staticmethod
+    def _contain(run: _TreeRun, entries: Sequence[Node]) -> list[Node]:
+        """Apply the scorer's failures to their nodes; drop entries that continue a failed
+        node (they are never continued)."""
+        scorer = run.ctx.scorer
+        if isinstance(scorer, ContainedScorer) and scorer.failed:
+            for node in run.tree.nodes:
+                if id(node) in scorer.failed:
+                    fail(node, scorer.failed.pop(id(node)))
+        return [e for e in entries if e.status != NodeStatus.FAILED]
 
     def _units_of(self, run: _TreeRun, frontier: list[Node]) -> list[Hashable | None]:
         """The unit of each entry (all ``None``, one unit per tree, unless the strategy has
@@ -330,11 +356,20 @@ class _Engine:
         for position, (key, node, cap) in enumerate(zip(keys, frontier, caps, strict=True)):
             if cap == 0:
                 continue
-            assert node.env is not None, f"node {node.id} has no environment to continue from"
+            if node.env is None:
+                raise RuntimeError(f"{type(self.strategy).__name__} returned node {node.id} "
+                                   f"of tree {run.tree.tree_id}, which has no environment to "
+                                   "continue from")
             uses[id(node)] -= 1
             # The root keeps its environment: an allocator may grant the tree more later.
             if uses[id(node)] > 0 or self.strategy.revisits_nodes or node.parent is None:
-                env = node.env.fork()
+                try:
+                    env = node.env.fork()
+                except Exception as err:  # a plug-in environment's bug: this entry only
+                    node.note = f"the environment's fork raised {describe(err)}"
+                    if not node.children:  # nothing grew from it: it cannot go on
+                        node.status = NodeStatus.FAILED
+                    continue
             else:
                 env, node.env = node.env, None
             k = run.children_asked[node.id]
@@ -368,18 +403,14 @@ class _Engine:
             if t not in idle:
                 raise ValueError(f"the allocator granted budget to tree {t}, which is not idle")
             run = self.runs[t]
+            if run.tree.root.status == NodeStatus.FAILED:
+                continue  # its reset raised: nothing to continue from
             add_budget(run.ctx, grant)
             if not isinstance(self.strategy, ExtendableStrategy):
                 continue
             entries = self.strategy.extend(run.tree, run.ctx, grant)
             resumed = bool(self._send(t, entries, self._units_of(run, entries))) or resumed
         return resumed
-
-
-def _timed_step(env: Env, action: str) -> tuple[StepResult, float]:
-    tick = time.perf_counter()
-    result = env.step(action)
-    return result, time.perf_counter() - tick
 
 
 def run_engine(tasks: Sequence[int] | np.ndarray, make_env: Callable[[], Env],
@@ -401,13 +432,20 @@ def run_engine(tasks: Sequence[int] | np.ndarray, make_env: Callable[[], Env],
     for i, task_seed in enumerate(tasks):
         env = make_env()
         tick = time.perf_counter()
-        first_observation = env.reset(int(task_seed))
+        error = None
+        try:
+            first_observation = env.reset(int(task_seed))
+            prompt_ids, prompt_text = turn_format.prompt(env.system_prompt, first_observation)
+        except Exception as err:  # a plug-in environment's bug: this task only
+            error, prompt_ids, prompt_text = describe(err), [], ""
         timing["env"] += time.perf_counter() - tick
-        prompt_ids, prompt_text = turn_format.prompt(env.system_prompt, first_observation)
         tree = RolloutTree.new(int(task_seed), tree_id=first_group_id + i,
                                group_id=first_group_id + i, prompt_ids=prompt_ids,
                                prompt_text=prompt_text)
         tree.root.env = env
+        if error is not None:
+            tree.root.status, tree.root.env = NodeStatus.FAILED, None
+            tree.root.note = f"the environment's reset raised {error}"
         tree.meta["strategy"] = getattr(strategy, "name", type(strategy).__name__)
         # Unsynchronised, a tree's strategy seed comes from (seed, tree id) alone, so a tree
         # grows the same whichever batch or worker it is in (treeroll.distributed relies on
@@ -416,7 +454,8 @@ def run_engine(tasks: Sequence[int] | np.ndarray, make_env: Callable[[], Env],
             int(np.random.SeedSequence([seed, first_group_id + i, 0x7EE]).generate_state(
                 2, np.uint64)[0] >> np.uint64(1))
         ctx = StrategyContext(rng=np.random.default_rng(ctx_seed), max_leaves=None,
-                              tokens_left=None, scorer=scorer, seed=ctx_seed)
+                              tokens_left=None, seed=ctx_seed,
+                              scorer=None if scorer is None else ContainedScorer(scorer))
         runs.append(_TreeRun(tree=tree, ctx=ctx, contexts={0: tuple(prompt_ids)}))
     allocator = allocator or UniformAllocator(config.max_leaves, config.max_generated_tokens)
     budgets = allocator.start([run.tree for run in runs])
@@ -427,6 +466,8 @@ def run_engine(tasks: Sequence[int] | np.ndarray, make_env: Callable[[], Env],
     engine = _Engine(runs, backend, turn_format, strategy, params, config=config,
                      allocator=allocator, seed=seed, rng=rng, on_turn=on_turn, timing=timing)
     for t, run in enumerate(runs):
+        if run.tree.root.status == NodeStatus.FAILED:
+            continue
         entries = strategy.start(run.tree, run.ctx)
         engine._send(t, entries, engine._units_of(run, entries))
     engine.run()

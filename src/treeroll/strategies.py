@@ -186,7 +186,8 @@ class TreeGRPO:
         if self.k is None:
             return
         for members in _by_tree(tree).values():
-            group = [n for n in members if n.is_leaf]
+            group = [n for n in members
+                     if n.is_leaf and n.status not in NodeStatus.OUT_OF_GROUP]
             if len(group) <= self.k:
                 continue
             keep = set(ctx.rng.choice(len(group), size=self.k, replace=False).tolist())

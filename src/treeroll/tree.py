@@ -54,7 +54,10 @@ class NodeStatus:
     PRUNED = "pruned"  # a strategy stopped it early (score or repetition)
     BUDGET = "budget"  # the token or leaf budget ran out while it was active
     DROPPED = "dropped"  # pruned and excluded from the group (PATR option)
-    STOPPED = frozenset({TERMINAL, TRUNCATED, PRUNED, BUDGET, DROPPED})
+    FAILED = "failed"  # its environment or process scorer raised (the error is in ``note``)
+    STOPPED = frozenset({TERMINAL, TRUNCATED, PRUNED, BUDGET, DROPPED, FAILED})
+    OUT_OF_GROUP = frozenset({DROPPED, FAILED})
+    """Leaf statuses that are not trajectories of the group (never trained on)."""
 
 
 @dataclass(eq=False)
@@ -143,12 +146,12 @@ def iter_nodes(tree: RolloutTree) -> Iterator[Node]:
 
 
 def leaves(tree: RolloutTree) -> list[Node]:
-    """The group: every leaf except those dropped from it, in creation order.
+    """The group: every leaf except those dropped from it or failed, in creation order.
 
     The root is never a leaf of the group (a tree that generated nothing has no trajectory).
     """
     return [n for n in tree.nodes if n.is_leaf and n.parent is not None
-            and n.status != NodeStatus.DROPPED]
+            and n.status not in NodeStatus.OUT_OF_GROUP]
 
 
 def leaves_below(tree: RolloutTree, group: Sequence[Node] | None = None) -> dict[int, list[int]]:

@@ -53,6 +53,7 @@ _CATEGORIES: dict[str, tuple[str, str]] = {
     "pruned": ("pruned", "#cc79a7"),
     "budget": ("budget ran out", "#0072b2"),
     "dropped": ("dropped", "#333333"),
+    "failed": ("failed: env or scorer raised", "#56b4e9"),
     "active": ("active", "#ffffff"),
     "other": ("other", "#f0e442"),
 }
@@ -63,6 +64,7 @@ _STATUS_TO_CATEGORY = {
     NodeStatus.PRUNED: "pruned",
     NodeStatus.BUDGET: "budget",
     NodeStatus.DROPPED: "dropped",
+    NodeStatus.FAILED: "failed",
     NodeStatus.ACTIVE: "active",
 }
 _MAX_SCORE_LABELS = 150  # beyond this many scored nodes, label only branch points and leaves
@@ -102,7 +104,7 @@ def _layout(tree: RolloutTree) -> _Layout:
         if node.is_leaf:
             x[node.id] = float(slot)
             slot += 1
-            in_group = node.parent is not None and node.status != NodeStatus.DROPPED
+            in_group = node.parent is not None and node.status not in NodeStatus.OUT_OF_GROUP
             shared[node.id] = int(in_group)
     for node in reversed(order):  # children before parents
         if node.children:
