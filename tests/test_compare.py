@@ -130,3 +130,10 @@ def test_compare_writes_the_report(tmp_path) -> None:
     # Runs made with other settings are refused before anything trains, not read back.
     with pytest.raises(ValueError, match=r"rollout\.max_generated_tokens: 40 -> 41"):
         run_compare(replace(config, token_budget=41))
+
+
+def test_negative_seeds_are_refused_naming_the_option(tmp_path) -> None:
+    config = CompareConfig(report_dir=str(tmp_path / "report"), seeds=(0, -3))
+    with pytest.raises(ValueError, match=r"--seeds.*\[-3\].*>= 0"):
+        run_compare(config)
+    assert not (tmp_path / "report").exists()  # refused before any work

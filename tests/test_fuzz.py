@@ -95,8 +95,6 @@ def test_every_config_key_with_a_wrong_type_is_refused_naming_it(tmp_path) -> No
         f"wrong types accepted: {[a for a in accepted if a[0] not in optional][:10]}")
 
 
-@pytest.mark.xfail(strict=True, reason="known (issue #15): negative seeds and a negative "
-                   "policy.model.max-positions pass the checks and fail only at run time")
 def test_negative_seeds_and_sizes_are_refused_before_work(tmp_path) -> None:
     for path in (("seed",), ("env", "task_seed"), ("eval", "seed"),
                  ("policy", "model", "max_positions")):

@@ -256,3 +256,32 @@ def test_a_hack_that_fooled_plain_pytest_earns_nothing(instance, sandbox, hack):
         assert not any(results[test] for test in task.fail_to_pass)
     finally:
         ws.remove()
+
+
+def test_the_cli_options_load_instances_for_swe_and_refuse_misuse(instance, tmp_path):
+    from dataclasses import replace
+
+    from treeroll.config import EnvConfig, TrainConfig, check_config
+    from treeroll.plugins import make_env_factory
+
+    root, jsonl, row, _ = instance
+    env_config = EnvConfig(name="swe", instances=str(jsonl), repos=str(root))
+    check_config(replace(TrainConfig(), env=env_config))
+    env = make_env_factory(env_config)()
+    try:
+        assert "Task acme__numkit-1." in env.reset(7)  # the only instance, whatever the seed
+    finally:
+        env.close()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({**row, "base_commit": "f" * 40}) + "\n")
+    for wrong, says in [
+        (EnvConfig(name="swe", instances=str(bad), repos=str(root)),
+         r"--env\.instances.*bad\.jsonl:1: instance 'acme__numkit-1': field 'base_commit'"),
+        (EnvConfig(name="frozenlake_rllm", instances=str(jsonl)),
+         r"--env\.instances.*for --env\.name swe"),
+        (EnvConfig(name="swe", repos=str(root)), r"--env\.repos.*--env\.instances is not set"),
+        (EnvConfig(name="swe", instances=str(tmp_path / "none.jsonl")),
+         r"--env\.instances.*does not exist"),
+    ]:
+        with pytest.raises(ValueError, match="(?s)" + says):
+            check_config(replace(TrainConfig(), env=wrong))

@@ -160,6 +160,8 @@ def run_compare(config: CompareConfig, reporter: Reporter | None = None) -> str:
     """Train every (strategy, seed), then write the report; returns the report's path."""
     problems = [("--strategies", "is empty; name at least one")] if not config.strategies else []
     problems += [("--seeds", "is empty; give at least one")] if not config.seeds else []
+    negative = [seed for seed in config.seeds if seed < 0]
+    problems += [("--seeds", f"holds {negative}; seeds must be >= 0")] if negative else []
     if config.token_budget < 1:
         problems.append(("--token-budget", f"is {config.token_budget}; must be >= 1"))
     validate(config, extra=problems)

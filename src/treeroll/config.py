@@ -63,8 +63,14 @@ class EnvConfig:
     """Cap on turns per episode (None = the convention's)."""
     train_tasks: int = checked(10_000, ge=1)
     """Task seeds in the training pool (rLLM: 10,000)."""
-    task_seed: int = 0
+    task_seed: int = checked(0, ge=0)
     """Seed of the generator that draws the training pool's task seeds."""
+    instances: str | None = None
+    """SWE (``--env.name swe``): a SWE-bench-format JSONL file of instances, validated before
+    any work (None = the 240 built-in tasks); a task seed picks instance ``seed mod count``."""
+    repos: str | None = None
+    """SWE: the folder holding the instances' git checkouts (``owner__name``, ``name`` or
+    ``owner/name``, or the checkout itself); an instance's own ``repo_path`` wins."""
 
 
 @dataclass
@@ -291,7 +297,7 @@ class EvalConfig:
     """Held-out tasks for evaluations during training."""
     temperature: float = checked(0.0, ge=0)
     """Sampling temperature of the evaluation (0 = greedy)."""
-    seed: int = 42
+    seed: int = checked(42, ge=0)
     """Seed of the held-out task generator (rLLM's test set uses 42)."""
 
 
@@ -303,7 +309,7 @@ class TrainConfig:
     """Run name: the run folder is ``<runs_dir>/<name>``."""
     runs_dir: str = "runs"
     """Where run folders live."""
-    seed: int = 0
+    seed: int = checked(0, ge=0)
     """Seed of everything random in the run."""
     resume: bool = False
     """Continue the run folder's last checkpoint instead of starting over (exactly: the
@@ -442,6 +448,7 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
         low, high = config.env.size_min, config.env.size_max
         if low is not None and high is not None and low > high:
             found.append(("--env.size-min", f"is {low}, above --env.size-max {high}"))
+        found += _swe_problems(config.env)
     if "wandb" in sections and config.wandb.project is not None:
         import importlib.util
 
@@ -459,6 +466,23 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
             found.append(("--optim.tasks-per-step", f"is {per_step}, more than the training "
                           f"pool's {config.env.train_tasks} tasks (--env.train-tasks)"))
     return found
+
+
+def _swe_problems(env: EnvConfig) -> list[tuple[str, str]]:
+    """``--env.instances`` / ``--env.repos``: only for ``swe``, and the instances load."""
+    if env.instances is None:
+        return [("--env.repos", f"is {env.repos!r}, but --env.instances is not set")] \
+            if env.repos is not None else []
+    if env.name != "swe":
+        return [("--env.instances", f"is {env.instances!r}; it is for --env.name swe, not "
+                 f"{env.name!r}")]
+    from treeroll.envs.swe import SWEInstanceError, load_swebench_jsonl
+
+    try:
+        load_swebench_jsonl(env.instances, env.repos)
+    except (SWEInstanceError, FileNotFoundError) as err:
+        return [("--env.instances", str(err))]
+    return []
 
 
 def _init_problems(init: str | None) -> list[tuple[str, str]]:

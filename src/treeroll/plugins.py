@@ -130,9 +130,10 @@ ENVS.register("frozenlake_ragen", _frozenlake("ragen"))
 
 
 def _swe(env_config: Any) -> Callable[[], Env]:
-    from treeroll.envs.swe import builtin_tasks, make_swe_env
+    from treeroll.envs.swe import builtin_tasks, load_swebench_jsonl, make_swe_env
 
-    tasks = builtin_tasks()
+    tasks = (builtin_tasks() if env_config.instances is None
+             else load_swebench_jsonl(env_config.instances, env_config.repos))
     settings = {} if env_config.max_turns is None else {"step_limit": env_config.max_turns}
     return lambda: make_swe_env("mini", tasks, **settings)
 

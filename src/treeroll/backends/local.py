@@ -81,9 +81,12 @@ class ModelConfig:
         if self.hidden_size % self.num_heads:
             raise ValueError(f"model.hidden_size ({self.hidden_size}) must be divisible by "
                              f"model.num_heads ({self.num_heads})")
-        for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
+        for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size",
+                     "max_positions"):
             if getattr(self, name) < 1:
-                raise ValueError(f"model.{name} must be >= 1")
+                raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
+        if self.seed < 0:
+            raise ValueError(f"model.seed must be >= 0, got {self.seed}")
 
 
 def build_model(vocab_size: int, config: ModelConfig, pad_token_id: int = 0,

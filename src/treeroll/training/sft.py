@@ -102,7 +102,7 @@ class SFTConfig:
     """Run name: the run folder is ``<runs_dir>/<name>``."""
     runs_dir: str = "runs"
     """Where run folders live."""
-    seed: int = 0
+    seed: int = checked(0, ge=0)
     """Seed of everything random in the run."""
     resume: bool = False
     """Continue the run folder's last checkpoint instead of starting over."""
