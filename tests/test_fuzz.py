@@ -99,3 +99,22 @@ def test_negative_seeds_and_sizes_are_refused_before_work(tmp_path) -> None:
     for path in (("seed",), ("env", "task_seed"), ("eval", "seed"),
                  ("policy", "model", "max_positions")):
         assert isinstance(_config_error(path, -5, tmp_path), ValueError), ".".join(path)
+
+
+def test_every_numeric_config_key_refuses_a_huge_negative_value_naming_it(tmp_path) -> None:
+    from treeroll.config import TrainConfig, config_to_dict
+
+    accepted, unclear = [], []
+    for path, default in _leaf_keys(config_to_dict(TrainConfig())):
+        if isinstance(default, bool) or not isinstance(default, (int, float)):
+            continue
+        bad = -1e9 if isinstance(default, float) else -10**9
+        err = _config_error(path, bad, tmp_path)
+        key = path[-1]
+        if err is None:
+            accepted.append(".".join(path))
+        elif not (isinstance(err, ValueError)
+                  and (key in str(err) or key.replace("_", "-") in str(err))):
+            unclear.append((".".join(path), f"{type(err).__name__}: {err}"[:120]))
+    assert not accepted, f"out-of-range values accepted: {accepted}"
+    assert not unclear, f"errors that do not name the key: {unclear}"

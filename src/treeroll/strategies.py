@@ -295,6 +295,8 @@ class PATR:
             raise ValueError("patr needs b0 >= 1, k_turns >= 1, top_k >= 0, m >= 1")
         if self.alpha < 0:
             raise ValueError("patr.alpha must be >= 0")
+        if self.theta < 0:
+            raise ValueError(f"patr.theta must be >= 0 (0 disables it), got {self.theta}")
 
     def start(self, tree: RolloutTree, ctx: StrategyContext) -> list[Node]:
         """B0 branches from the root."""
