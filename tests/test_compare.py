@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 from treeroll.compare import CompareConfig, _t_interval, _t_quantile, _write_report, run_compare
 from treeroll.config import load_config
@@ -137,3 +138,30 @@ def test_negative_seeds_are_refused_naming_the_option(tmp_path) -> None:
     with pytest.raises(ValueError, match=r"--seeds.*\[-3\].*>= 0"):
         run_compare(config)
     assert not (tmp_path / "report").exists()  # refused before any work
+
+
+def test_a_strategy_under_an_allocator_is_one_arm_of_the_comparison(tmp_path) -> None:
+    base = load_config("configs/tiny.yaml")
+    base = replace(base, optim=replace(base.optim, steps=1),
+                   eval=replace(base.eval, tasks=2, every=0),
+                   strategy=replace(base.strategy, chain=replace(base.strategy.chain,
+                                                                  group_size=2)),
+                   allocator=replace(base.allocator,
+                                     vigor=replace(base.allocator.vigor, group=2)))
+    config = CompareConfig(report_dir=str(tmp_path / "report"),
+                           strategies=("chain", "chain+vigor"), seeds=(0,), token_budget=40,
+                           base=base)
+    run_compare(config)
+    results = json.loads((tmp_path / "report" / "results.json").read_text())
+    assert set(results) == {"chain", "chain+vigor"}
+    saved = yaml.safe_load((tmp_path / "report" / "runs" / "chain+vigor_seed0" /
+                            "config.yaml").read_text())
+    assert saved["allocator"]["name"] == "vigor" and saved["strategy"]["name"] == "chain"
+    plain = yaml.safe_load((tmp_path / "report" / "runs" / "chain_seed0" /
+                            "config.yaml").read_text())
+    assert plain["allocator"]["name"] == "uniform"
+    assert "| chain+vigor |" in (tmp_path / "report" / "report.md").read_text()
+    for arms, says in [(("chain+vigor+x",), r"STRATEGY\+ALLOCATOR"),
+                       (("chain+nope",), "--allocator.name")]:
+        with pytest.raises(ValueError, match=says):
+            run_compare(replace(config, strategies=arms, report_dir=str(tmp_path / "other")))

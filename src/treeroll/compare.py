@@ -41,7 +41,9 @@ class CompareConfig:
     report_dir: str = "reports/compare"
     """Where the report (and the runs behind it) are written."""
     strategies: tuple[str, ...] = ("chain", "tree_grpo", "patr")
-    """Strategies to compare (names as in `treeroll train --strategy.name`)."""
+    """What to compare: strategy names as in `treeroll train --strategy.name`, or
+    `STRATEGY+ALLOCATOR` for a strategy under a batch allocator (`chain+vigor`: VIGOR decides
+    how much each task gets, chains how; `base.allocator` holds its settings)."""
     seeds: tuple[int, ...] = (0, 1, 2)
     """Training seeds; each strategy runs once per seed."""
     token_budget: int = 600
@@ -93,15 +95,24 @@ def _t_within(t: float, df: int) -> float:
     return math.sin(theta) * total
 
 
-def _run_config(config: CompareConfig, strategy: str, seed: int) -> TrainConfig:
+def split_arm(arm: str) -> tuple[str, str]:
+    """``"chain+vigor"`` -> ``("chain", "vigor")``; a plain strategy gets the uniform
+    allocator (``"patr"`` -> ``("patr", "uniform")``)."""
+    strategy, _, allocator = arm.partition("+")
+    return strategy, allocator or "uniform"
+
+
+def _run_config(config: CompareConfig, arm: str, seed: int) -> TrainConfig:
     base = config.base
+    strategy, allocator = split_arm(arm)
     scorer = base.scorer
     if strategy == "patr":
         scorer = replace(scorer, name=config.patr_scorer)
     return replace(
-        base, name=f"{strategy}_seed{seed}", runs_dir=str(Path(config.report_dir) / "runs"),
+        base, name=f"{arm}_seed{seed}", runs_dir=str(Path(config.report_dir) / "runs"),
         seed=seed, resume=False,
         strategy=replace(base.strategy, name=strategy), scorer=scorer,
+        allocator=replace(base.allocator, name=allocator) if "+" in arm else base.allocator,
         rollout=replace(base.rollout, max_generated_tokens=config.token_budget),
         env=replace(base.env, task_seed=seed))
 
@@ -157,16 +168,22 @@ def _collect(run_dir: Path) -> dict[str, Any]:
 
 
 def run_compare(config: CompareConfig, reporter: Reporter | None = None) -> str:
-    """Train every (strategy, seed), then write the report; returns the report's path."""
+    """Train every (strategy or strategy+allocator, seed), then write the report; returns
+    the report's path."""
     problems = [("--strategies", "is empty; name at least one")] if not config.strategies else []
     problems += [("--seeds", "is empty; give at least one")] if not config.seeds else []
     negative = [seed for seed in config.seeds if seed < 0]
     problems += [("--seeds", f"holds {negative}; seeds must be >= 0")] if negative else []
     if config.token_budget < 1:
         problems.append(("--token-budget", f"is {config.token_budget}; must be >= 1"))
+    bad_arms = [arm for arm in config.strategies if arm.count("+") > 1 or arm.startswith("+")
+                or arm.endswith("+")]
+    if bad_arms:
+        problems.append(("--strategies", f"holds {bad_arms}; write STRATEGY or "
+                                         "STRATEGY+ALLOCATOR (e.g. chain+vigor)"))
     validate(config, extra=problems)
-    runs = [_run_config(config, strategy, seed)
-            for strategy in config.strategies for seed in config.seeds]
+    arms = [(arm, seed) for arm in config.strategies for seed in config.seeds]
+    runs = [_run_config(config, arm, seed) for arm, seed in arms]
     for run_config in runs:  # every run's settings, before the first one trains
         check_config(run_config)
     stale = [problem for run_config in runs for problem in _settings_changed(run_config)]
@@ -179,7 +196,7 @@ def run_compare(config: CompareConfig, reporter: Reporter | None = None) -> str:
     report = Path(config.report_dir)
     report.mkdir(parents=True, exist_ok=True)
     results: dict[str, list[dict[str, Any]]] = {s: [] for s in config.strategies}
-    for run_config in runs:
+    for (arm, _), run_config in zip(arms, runs, strict=True):
         run_dir = Path(run_config.runs_dir) / run_config.name
         if finished_steps(run_dir) is None:  # an interrupted run continues exactly
             resume = (run_dir / "checkpoints" / "last.pt").exists()
@@ -188,7 +205,7 @@ def run_compare(config: CompareConfig, reporter: Reporter | None = None) -> str:
             summary["wall_seconds"] = (summary.get("wall_seconds", 0.0)
                                        + time.perf_counter() - start)
             (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        results[run_config.strategy.name].append(_collect(run_dir))
+        results[arm].append(_collect(run_dir))
     _write_report(config, results)
     return str(report / "report.md")
 
