@@ -77,6 +77,7 @@ FIGURES = (
     Figure("compare_family", ("bench/compare_strategies.py", "--config",
                               "configs/compare_family.yaml", "--fresh", "--copy-to",
                               "docs/compare_family"), False, 30),
+    Figure("allocation_quick", ("bench/allocation.py", "--quick", "--fresh"), False, 15),
 )
 
 
