@@ -139,3 +139,52 @@ def test_expanded_loss_is_the_reference_mean(tiny_model, normalisation: str) -> 
     assert metrics["loss"] == pytest.approx(expected, rel=1e-4, abs=1e-6)
     flags = [c for leaf in per_leaf for _, c in leaf]
     assert metrics["clip_fraction"] == pytest.approx(sum(flags) / len(flags))
+
+
+def test_turns_are_numbered_by_model_reply_and_the_observation_after_it() -> None:
+    from treeroll.training.loss import turn_of_tokens
+
+    t = _trajectory([5], [7] * 10, [1, 1, 0, 0, 1, 0, 1, 1, 1, 0])
+    assert turn_of_tokens(t).tolist() == [1, 1, 1, 1, 2, 2, 3, 3, 3, 3]
+    assert turn_of_tokens(_trajectory([5], [], [])).tolist() == []
+
+
+def test_reverse_turn_batches_go_deepest_first_and_cover_each_model_token_once() -> None:
+    from treeroll.training.loss import by_turn_reversed
+
+    items = [TrainItem(_trajectory([5, 6], [7] * len(mask), mask, group=i), float(i + 1))
+             for i, mask in enumerate(MASKS)]  # 2, 1 and 2 turns
+    batches = by_turn_reversed(items)
+    assert len(batches) == 2
+    deepest, first = batches
+    assert [item.trajectory.group_id for item in deepest] == [0, 2]
+    assert deepest[0].trajectory.response_mask == [0, 0, 0, 0, 1]
+    assert deepest[1].trajectory.response_mask == [0, 0, 0, 0, 0, 1, 1, 1, 1, 1]
+    assert [item.trajectory.response_mask for item in first] == [
+        [1, 1, 0, 0, 0], [1, 1, 1], [1, 0, 0, 0, 0, 0, 0, 0, 0, 0]]
+    assert [item.advantage for item in first] == [1.0, 2.0, 3.0]
+    for i, mask in enumerate(MASKS):  # every model token in exactly one batch
+        covered = [sum(item.trajectory.response_mask[k] for batch in batches for item in batch
+                       if item.trajectory.group_id == i) for k in range(len(mask))]
+        assert covered == mask
+
+
+def test_reverse_turn_order_takes_one_optimiser_step_per_depth(tiny_model) -> None:
+    from dataclasses import replace
+
+    import numpy as np
+
+    from treeroll.config import TrainConfig
+    from treeroll.training.trainer import _update
+
+    items = [TrainItem(_trajectory([5, 6], [7 + k for k in range(len(mask))], mask, group=i),
+                       float(i) - 1.0) for i, mask in enumerate(MASKS)]
+    config = TrainConfig()
+    steps = {}
+    for order in ("joint", "reverse"):
+        model = copy.deepcopy(tiny_model)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        run = replace(config, optim=replace(config.optim, turn_order=order, packed=False))
+        steps[order] = _update(model, optimizer, items, run, None,
+                               np.random.default_rng(0))["optimizer_steps"]
+    assert steps == {"joint": 1.0, "reverse": 2.0}

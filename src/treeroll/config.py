@@ -268,6 +268,11 @@ class OptimConfig:
     packed: bool = True
     """Tree-packed update: every unique token of a tree forwarded once (falls back, with a
     warning, to one sequence per leaf when the model does not support it)."""
+    turn_order: str = checked("joint", choices=("joint", "reverse"))
+    """``joint``: each minibatch is one optimiser step over all its turns. ``reverse``
+    (RTPO's turn-level updates, as treeroll reads them): each minibatch becomes one optimiser
+    step per turn depth, the last turns first, each on the model tokens of that depth only
+    (later steps see the weights the earlier ones left)."""
 
 
 @dataclass

@@ -12,8 +12,11 @@ order. treeroll builds the rollout half:
 * so the earliest branches sit next to the outcome, where the credit of a late mistake is
   clearest, and the tree fans out towards the root only as the budget allows.
 
-The turn-level updates in reverse order are **not built**: the update stays the trainer's
-(any estimator; ``treerl`` or ``gigpo`` give per-turn credit).
+The turn-level updates in reverse order are the trainer's ``optim.turn_order: reverse``
+(:func:`treeroll.training.loss.by_turn_reversed`): each minibatch becomes one optimiser step
+per turn depth, the last turns first, each on that depth's model tokens only. It is a separate
+key because it composes with every strategy; RTPO as treeroll reads it is both
+(``--strategy.name rtpo --optim.turn-order reverse``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ and gradients while forwarding each unique token of a tree once.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -73,6 +73,36 @@ def ppo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantage: torch.
         delta = ref_logp - logp
         loss = loss + config.kl_coef * (torch.exp(delta) - delta - 1)
     return loss, (ratio * advantage > clipped * advantage)
+
+
+def turn_of_tokens(trajectory: Trajectory) -> np.ndarray:
+    """The turn (1, 2, ...) of every response token: a turn is a model reply and the
+    observation after it; reply boundaries are where a run of environment tokens ends."""
+    mask = np.asarray(trajectory.response_mask, dtype=np.int64)
+    starts = np.zeros(len(mask), dtype=np.int64)
+    if len(mask):
+        starts[0] = mask[0]
+        starts[1:] = (mask[1:] == 1) & (mask[:-1] == 0)
+    turns = np.cumsum(starts)
+    return np.maximum(turns, 1)
+
+
+def by_turn_reversed(items: Sequence[TrainItem]) -> list[list[TrainItem]]:
+    """``items`` as one batch per turn depth, the deepest first: each item of batch ``d``
+    keeps only turn ``d``'s model tokens in its loss (RTPO's reverse-order turn updates as
+    treeroll reads them). Items without a turn ``d`` are left out of that batch."""
+    turns = [turn_of_tokens(item.trajectory) for item in items]
+    deepest = max((int(t.max()) for t in turns if len(t)), default=0)
+    out = []
+    for depth in range(deepest, 0, -1):
+        batch = []
+        for item, turn in zip(items, turns, strict=True):
+            mask = np.asarray(item.trajectory.response_mask) * (turn == depth)
+            if mask.any():
+                batch.append(TrainItem(replace(item.trajectory, response_mask=mask.tolist()),
+                                       item.advantage))
+        out.append(batch)
+    return out
 
 
 def token_weights(items: Sequence[TrainItem], config: LossConfig) -> list[float]:

@@ -35,7 +35,7 @@ from treeroll.plugins import (
 from treeroll.policies import build_policy
 from treeroll.rollout import count_status, rollout
 from treeroll.training.evaluation import Reporter, Silent, evaluate, task_pools
-from treeroll.training.loss import TrainItem, expanded_backward
+from treeroll.training.loss import TrainItem, by_turn_reversed, expanded_backward
 from treeroll.training.packed import PackingUnsupported, packed_backward, unsupported_reason
 from treeroll.training.runfolder import (
     RunFolder,
@@ -299,8 +299,11 @@ def _update(model: Any, optimizer: Any, items: list[TrainItem], config: TrainCon
     model.train()
     for _ in range(config.optim.ppo_epochs):
         order = rng.permutation(len(members))
-        for chunk in np.array_split(order, min(config.optim.minibatches, len(members))):
-            batch = [item for g in chunk for item in members[g]]
+        chunks = [[item for g in chunk for item in members[g]] for chunk in
+                  np.array_split(order, min(config.optim.minibatches, len(members)))]
+        if config.optim.turn_order == "reverse":
+            chunks = [part for chunk in chunks for part in by_turn_reversed(chunk)]
+        for batch in chunks:
             optimizer.zero_grad()
             try:
                 metrics = backward(model, batch, loss_config, ref_model)
