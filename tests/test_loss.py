@@ -188,3 +188,18 @@ def test_reverse_turn_order_takes_one_optimiser_step_per_depth(tiny_model) -> No
         steps[order] = _update(model, optimizer, items, run, None,
                                np.random.default_rng(0))["optimizer_steps"]
     assert steps == {"joint": 1.0, "reverse": 2.0}
+
+
+def test_truncated_is_weights_the_policy_gradient_by_the_capped_ratio() -> None:
+    logp = torch.tensor([-1.0, -2.0, -0.5], requires_grad=True)
+    old = torch.tensor([-1.5, -1.0, -0.5])  # ratios e^0.5, e^-1, 1
+    advantage = torch.tensor([2.0, -1.0, 3.0])
+    config = LossConfig(objective="truncated_is", is_cap=1.5)
+    loss, truncated = ppo_token_loss(logp, old, advantage, config)
+    weights = [min(math.exp(0.5), 1.5), math.exp(-1.0), 1.0]
+    assert loss.tolist() == pytest.approx([-w * a for w, a in zip(weights, [2.0, -1.0, 3.0],
+                                                                    strict=True)])
+    assert truncated.tolist() == [True, False, False]
+    loss.sum().backward()  # d/d logp of -w * A * pi/pi_detached = -w * A
+    assert logp.grad.tolist() == pytest.approx([-w * a for w, a in zip(
+        weights, [2.0, -1.0, 3.0], strict=True)])

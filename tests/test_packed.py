@@ -434,3 +434,14 @@ def test_update_minibatches_hold_whole_groups_and_metrics_average_them(monkeypat
     for key, per_call in expected.items():
         assert metrics[key] == pytest.approx(np.average(per_call, weights=tokens)), key
     assert metrics["optimizer_steps"] == 6
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("is_cap", [1e-3, 1e6])
+def test_truncated_is_objective_packed_equals_expanded(dtype: torch.dtype, is_cap: float
+                                                       ) -> None:
+    rng = random.Random(11)
+    trees = [random_tree(rng, g, **SHAPES["deep"]) for g in range(2)]
+    config = LossConfig(objective="truncated_is", is_cap=is_cap, kl_coef=0.05)
+    metrics = assert_same(items_of(trees), config, dtype, use_ref=True)
+    assert (metrics["clip_fraction"] > 0) == (is_cap < 1)  # a tight cap truncates some

@@ -37,6 +37,14 @@ class LossConfig:
     trainer sets it from ``rollout.temperature``)."""
     micro_batch_tokens: int = checked(16384, ge=1)
     """Tokens forwarded at once (padding included); bounds activation memory."""
+    objective: str = checked("ppo_clip", choices=("ppo_clip", "truncated_is"))
+    """``ppo_clip``: PPO's clipped surrogate. ``truncated_is`` (SAO's off-policy correction,
+    as treeroll reads it): the policy gradient of each token weighted by its importance ratio
+    against the behaviour policy's sampling logprob, truncated at ``is_cap`` (no clipping;
+    the loss value is ``-min(ratio, is_cap) * A``)."""
+    is_cap: float = checked(2.0, gt=0)
+    """``truncated_is``: the largest importance weight (``clip_fraction`` counts the tokens
+    above it)."""
 
 
 @dataclass
@@ -65,14 +73,22 @@ class TrainItem:
 def ppo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantage: torch.Tensor,
                    config: LossConfig, ref_logp: torch.Tensor | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token clipped surrogate (+ k3 KL) to *minimise*, and whether each token clipped."""
+    """Per-token objective (+ k3 KL) to *minimise*, and whether each token was clipped
+    (``ppo_clip``) or truncated (``truncated_is``)."""
     ratio = torch.exp(logp - old_logp)
-    clipped = torch.clamp(ratio, 1 - config.clip_low, 1 + config.clip_high)
-    loss = -torch.minimum(ratio * advantage, clipped * advantage)
+    if config.objective == "truncated_is":
+        weight = torch.clamp(ratio.detach(), max=config.is_cap)
+        # value -min(r, c) * A; gradient -min(r, c) * A * grad log pi (ratio / its own value)
+        loss = -weight * advantage * (ratio / ratio.detach())
+        truncated = ratio.detach() > config.is_cap
+    else:
+        clipped = torch.clamp(ratio, 1 - config.clip_low, 1 + config.clip_high)
+        loss = -torch.minimum(ratio * advantage, clipped * advantage)
+        truncated = ratio * advantage > clipped * advantage
     if ref_logp is not None and config.kl_coef:
         delta = ref_logp - logp
         loss = loss + config.kl_coef * (torch.exp(delta) - delta - 1)
-    return loss, (ratio * advantage > clipped * advantage)
+    return loss, truncated
 
 
 def turn_of_tokens(trajectory: Trajectory) -> np.ndarray:

@@ -342,8 +342,12 @@ class _Run:
         positive = data["positive"].to(logp.dtype)
         negative = data["negative"].to(logp.dtype)
         count = data["count"].to(logp.dtype)
-        loss = -(positive * torch.minimum(ratio, clipped)
-                 + negative * torch.maximum(ratio, clipped))
+        if config.objective == "truncated_is":  # linear in A: the leaves' w * A sum
+            weight = torch.clamp(ratio.detach(), max=config.is_cap)
+            loss = -(positive + negative) * weight * (ratio / ratio.detach())
+        else:
+            loss = -(positive * torch.minimum(ratio, clipped)
+                     + negative * torch.maximum(ratio, clipped))
         if ref_logp is not None:
             delta = ref_logp - logp
             loss = loss + config.kl_coef * data["weight"].to(logp.dtype) * (
@@ -351,8 +355,11 @@ class _Run:
         total = loss.sum()
         with torch.no_grad():
             entropy = -(logp_all.exp() * logp_all).sum(-1)[rows, cols]
-            clip_count = (data["count_positive"].to(logp.dtype) * (ratio > clipped)
-                          + data["count_negative"].to(logp.dtype) * (ratio < clipped))
+            if config.objective == "truncated_is":
+                clip_count = count * (ratio > config.is_cap)
+            else:
+                clip_count = (data["count_positive"].to(logp.dtype) * (ratio > clipped)
+                              + data["count_negative"].to(logp.dtype) * (ratio < clipped))
             self.metrics["loss"] += float(total)
             self.metrics["tokens"] += float(count.sum())
             self.metrics["clip_fraction"] += float(clip_count.sum())
