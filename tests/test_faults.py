@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
 
 from treeroll.base import Score
@@ -118,3 +120,67 @@ def test_a_scorer_returning_too_few_scores_is_contained():
 def test_keyboard_interrupt_is_not_contained():
     with pytest.raises(KeyboardInterrupt):
         _run(lambda: Flaky(step_on="Down", error=KeyboardInterrupt), Chain(group_size=2))
+
+
+class ForksTwice:
+    """Four steps per episode, any reply; forks twice per task, then every fork raises (a
+    plug-in leaking a resource, say)."""
+
+    left: ClassVar[dict[int, int]] = {}
+    system_prompt = "Say anything."
+
+    def __init__(self, seed: int = -1, steps: int = 0) -> None:
+        self.seed, self.steps = seed, steps
+
+    def reset(self, seed: int) -> str:
+        self.seed, self.steps = seed, 0
+        return f"task {seed}"
+
+    def step(self, action: str):  # type: ignore[no-untyped-def]
+        self.steps += 1
+        done = self.steps >= 4
+        return f"step {self.steps}", float(done and "Right" in action), done, False, {}
+
+    def fork(self) -> ForksTwice:
+        left = ForksTwice.left.setdefault(self.seed, 2)
+        if left <= 0:
+            raise RuntimeError("out of forks")
+        ForksTwice.left[self.seed] = left - 1
+        return ForksTwice(self.seed, self.steps)
+
+
+@pytest.mark.parametrize("strategy", ["igrpo", "tree_grpo", "rtpo"])
+def test_forks_that_start_failing_end_the_tree_not_the_batch(strategy):
+    from treeroll.igrpo import IGRPO
+    from treeroll.rtpo import RTPO
+
+    ForksTwice.left = {}
+    made = {"igrpo": IGRPO(m=6, per_round=1), "tree_grpo": TreeGRPO(m=2, n=2, l=1),
+            "rtpo": RTPO(m=6)}[strategy]
+    batch = _run(lambda: ForksTwice(), made, max_leaves=8)
+    for tree in batch.trees:
+        noted = [n for n in tree.nodes if "fork raised RuntimeError: out of forks" in n.note]
+        assert noted  # the third fork of every task failed, and it was said where
+        assert all(not n.children or n.status != NodeStatus.FAILED for n in tree.nodes)
+        assert len(leaves(tree)) <= 2  # only what the two forks grew
+
+
+class AlwaysRoot:
+    """Asks to branch from the root again after every unit (a strategy that revisits)."""
+
+    name = "always_root"
+    revisits_nodes = True
+
+    def start(self, tree, ctx):  # type: ignore[no-untyped-def]
+        return [tree.root, tree.root]
+
+    def step(self, tree, created, ctx):  # type: ignore[no-untyped-def]
+        return [tree.root] if len(tree.nodes) < 50 else []
+
+
+def test_a_node_whose_fork_fails_is_never_asked_again():
+    ForksTwice.left = {}
+    batch = _run(lambda: ForksTwice(), AlwaysRoot())  # without the guard: RecursionError
+    for tree in batch.trees:
+        assert "fork raised RuntimeError: out of forks" in tree.root.note
+        assert len(tree.root.children) == 2 and tree.root.env is None

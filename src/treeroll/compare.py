@@ -96,8 +96,8 @@ def _t_within(t: float, df: int) -> float:
 
 
 def split_arm(arm: str) -> tuple[str, str]:
-    """``"chain+vigor"`` -> ``("chain", "vigor")``; a plain strategy gets the uniform
-    allocator (``"patr"`` -> ``("patr", "uniform")``)."""
+    """``"chain+vigor"`` -> ``("chain", "vigor")``; ``"patr"`` -> ``("patr", "uniform")``
+    (a plain strategy's run keeps ``base.allocator`` as it is)."""
     strategy, _, allocator = arm.partition("+")
     return strategy, allocator or "uniform"
 

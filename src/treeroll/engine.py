@@ -39,8 +39,10 @@ Faults are contained per branch (stated because no paper covers them): an enviro
 number of scores, marks the node it was working on ``failed`` with the error in ``node.note``;
 a failed node is never continued and is not a trajectory of the group
 (:data:`~treeroll.tree.NodeStatus.OUT_OF_GROUP`), and the rest of the batch goes on (the step
-record counts failed nodes under ``status``). ``KeyboardInterrupt`` and other
-``BaseException`` s are not caught.
+record counts failed nodes under ``status``). A node whose fork failed is never asked
+again. A failed leaf still counts against the tree's leaf budget (it was opened), while a
+strategy that counts the group's leaves may open another in its place. ``KeyboardInterrupt``
+and other ``BaseException`` s are not caught.
 
 Nothing here needs one process: a branch is plain data (token ids, a node, an environment
 handle), so the thread pool can become remote environment workers without the strategies
@@ -131,6 +133,8 @@ class _TreeRun:
     units: list[_Unit] = field(default_factory=list)
     in_flight: list[_Branch] = field(default_factory=list)
     children_asked: Counter[int] = field(default_factory=Counter)
+    broken: set[int] = field(default_factory=set)
+    """Ids of nodes that can no longer be continued (their fork or a scorer failed)."""
     paths: dict[int, tuple[int, ...]] = field(default_factory=lambda: {0: ()})
     """Node id -> child numbers from the root: a name that does not depend on the order in
     which units finish (node ids do)."""
@@ -320,13 +324,14 @@ class _Engine:
     @staticmethod
     def _contain(run: _TreeRun, entries: Sequence[Node]) -> list[Node]:
         """Apply the scorer's failures to their nodes; drop entries that continue a failed
-        node (they are never continued)."""
+        or broken node (they are never continued)."""
         scorer = run.ctx.scorer
         if isinstance(scorer, ContainedScorer) and scorer.failed:
             for node in run.tree.nodes:
                 if id(node) in scorer.failed:
                     fail(node, scorer.failed.pop(id(node)))
-        return [e for e in entries if e.status != NodeStatus.FAILED]
+                    run.broken.add(node.id)
+        return [e for e in entries if e.status != NodeStatus.FAILED and e.id not in run.broken]
 
     def _units_of(self, run: _TreeRun, frontier: list[Node]) -> list[Hashable | None]:
         """The unit of each entry (all ``None``, one unit per tree, unless the strategy has
@@ -354,7 +359,7 @@ class _Engine:
             units.setdefault(key, _Unit(key=key, frontier=[])).frontier.append(node)
         uses = Counter(id(node) for node, cap in zip(frontier, caps, strict=True) if cap > 0)
         for position, (key, node, cap) in enumerate(zip(keys, frontier, caps, strict=True)):
-            if cap == 0:
+            if cap == 0 or node.id in run.broken:
                 continue
             if node.env is None:
                 raise RuntimeError(f"{type(self.strategy).__name__} returned node {node.id} "
@@ -365,10 +370,9 @@ class _Engine:
             if uses[id(node)] > 0 or self.strategy.revisits_nodes or node.parent is None:
                 try:
                     env = node.env.fork()
-                except Exception as err:  # a plug-in environment's bug: this entry only
-                    node.note = f"the environment's fork raised {describe(err)}"
-                    if not node.children:  # nothing grew from it: it cannot go on
-                        node.status = NodeStatus.FAILED
+                except Exception as err:  # a plug-in environment's bug: this node only
+                    fail(node, f"the environment's fork raised {describe(err)}")
+                    run.broken.add(node.id)  # never asked again, whatever the strategy
                     continue
             else:
                 env, node.env = node.env, None
@@ -408,7 +412,7 @@ class _Engine:
             add_budget(run.ctx, grant)
             if not isinstance(self.strategy, ExtendableStrategy):
                 continue
-            entries = self.strategy.extend(run.tree, run.ctx, grant)
+            entries = self._contain(run, self.strategy.extend(run.tree, run.ctx, grant))
             resumed = bool(self._send(t, entries, self._units_of(run, entries))) or resumed
         return resumed
 
@@ -468,7 +472,7 @@ def run_engine(tasks: Sequence[int] | np.ndarray, make_env: Callable[[], Env],
     for t, run in enumerate(runs):
         if run.tree.root.status == NodeStatus.FAILED:
             continue
-        entries = strategy.start(run.tree, run.ctx)
+        entries = engine._contain(run, strategy.start(run.tree, run.ctx))
         engine._send(t, entries, engine._units_of(run, entries))
     engine.run()
     for run in runs:
@@ -479,4 +483,5 @@ def run_engine(tasks: Sequence[int] | np.ndarray, make_env: Callable[[], Env],
                 node.note = node.note or "stopped with the rollout (budget)"
         if isinstance(strategy, FinishingStrategy):  # e.g. Tree-GRPO keeps k leaves per tree
             strategy.finish(run.tree, run.ctx)
+        engine._contain(run, [])  # scorer failures during finish (or never applied yet)
     return [run.tree for run in runs], [run.ctx for run in runs], engine.turns

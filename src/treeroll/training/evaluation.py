@@ -116,8 +116,9 @@ def evaluate(backend: GenerationBackend, turn_format: TurnFormat, make_env: Call
     batch = rollout(seeds, make_env, backend, turn_format, Chain(group_size=1),
                     config=settings, seed=seed, on_turn=on_turn)
     backend.reset_cache()
-    final = [leaf for tree in batch.trees for leaf in leaves(tree)]
-    successes = [bool(leaf.info.get("success")) for leaf in final]
+    per_task = [leaves(tree) for tree in batch.trees]  # one each; none if the task failed
+    final = [leaf for group in per_task for leaf in group]
+    successes = [bool(group[0].info.get("success")) if group else False for group in per_task]
     wins = sum(successes)
     turns = [node for leaf in final for node in path_to(leaf)[1:]]
     well_formed = sum(not node.info.get("format_error", False) for node in turns)
