@@ -85,7 +85,7 @@ def test_constant_group_has_zero_advantage_and_registry() -> None:
         np.testing.assert_allclose(ADVANTAGES.get(name)(tree), 0.0, atol=1e-9)
     assert all(abs(v) < 1e-12 for v in advantages.treerl(tree).values())
     assert all(np.allclose(turns, 0.0) for turns in advantages.gigpo(tree))
-    valid = "valid: dr_grpo, gigpo, grpo, planpo, progress, rloo, tree, treepo, treerl"
+    valid = "valid: dr_grpo, gigpo, grpo, planpo, progress, rloo, sao, tree, treepo, treerl"
     with pytest.raises(ValueError, match=valid):
         ADVANTAGES.get("nope")
 

@@ -13,8 +13,9 @@ import torch
 
 from treeroll.advantages import token_credit
 from treeroll.backends.local import ModelConfig, build_model
-from treeroll.config import TrainConfig
-from treeroll.plugins import ADVANTAGES
+from treeroll.base import BatchAdvantageEstimator
+from treeroll.config import AdvantageConfig, TrainConfig
+from treeroll.plugins import ADVANTAGES, make_estimator
 from treeroll.training.loss import LossConfig, TrainItem, expanded_backward
 from treeroll.training.packed import packed_backward, supports_packing, unique_tokens
 from treeroll.training.trainer import _update
@@ -85,9 +86,12 @@ def items_of(trees: list[RolloutTree], estimator: str | None = None) -> list[Tra
     random one of either sign when ``estimator`` is None, so that one-leaf groups learn too)."""
     rng = random.Random(len(trees))
     out: list[TrainItem] = []
-    for tree in trees:
+    made = make_estimator(AdvantageConfig(name=estimator)) if estimator else None
+    credits = (made.over_batch(trees) if isinstance(made, BatchAdvantageEstimator)
+               else [made(tree) if made else None for tree in trees])
+    for tree, credit in zip(trees, credits, strict=True):
         count = len(export_trajectories(tree))
-        advantages = (token_credit(tree, ADVANTAGES.get(estimator)(tree)) if estimator
+        advantages = (token_credit(tree, credit) if estimator
                       else [rng.gauss(0, 1) for _ in range(count)])
         out.extend(TrainItem(t, a)
                    for t, a in zip(export_trajectories(tree), advantages, strict=True))

@@ -21,6 +21,9 @@ hyper-parameters) -> np.ndarray [num_leaves]`` in :func:`treeroll.tree.leaves` o
 * ``gigpo`` (:func:`gigpo`): GiGPO's ``A_episode + omega * A_step``, the step term comparing
   the discounted returns of the turns taken from the same environment state, one value per
   turn of each leaf.
+* ``sao`` (:class:`BatchBaseline`): treeroll's reading of SAO's group-free baseline, over the
+  whole batch (a :class:`~treeroll.base.BatchAdvantageEstimator`): each leaf's reward minus
+  the mean reward of the other tasks' leaves, over the batch's reward std.
 
 An estimator returns its credit in one of three forms (:func:`token_credit` turns each into
 the per-token advantages the update takes): an array ``[num_leaves]`` (one value per leaf,
@@ -42,6 +45,7 @@ one advantage 0, so a tree that never branches gets exactly chain GRPO's advanta
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -56,8 +60,9 @@ from treeroll.tree import (
     subtree_index,
 )
 
-__all__ = ["dr_grpo", "gigpo", "grpo", "normalise", "planpo", "progress_conditioned", "rloo",
-           "token_credit", "tree_advantage", "treepo", "treerl", "weighted"]
+__all__ = ["BatchBaseline", "dr_grpo", "gigpo", "grpo", "normalise", "planpo",
+           "progress_conditioned", "rloo", "token_credit", "tree_advantage", "treepo", "treerl",
+           "weighted"]
 
 
 def normalise(rewards: np.ndarray, *, scale: bool = True, eps: float = 1e-6,
@@ -296,3 +301,35 @@ def _per_token(leaf: Node, turn_values: Sequence[float]) -> np.ndarray:
         if node is not leaf:
             parts.append(np.zeros(len(node.observation_ids)))
     return np.concatenate(parts) if parts else np.zeros(0)
+
+
+@dataclass(frozen=True)
+class BatchBaseline:
+    """SAO's baseline as treeroll reads it (ALGORITHMS.md section 8): with one rollout per
+    task there is no group to compare with, so each leaf is compared with the *other tasks*
+    of the batch: ``A = (R - mean of the rewards of the leaves of every other tree) /
+    (std of all the batch's rewards + eps)``; 0 for a batch of one task. Leave-one-task-out
+    keeps the baseline independent of the leaf it scores (no bias from its own reward)."""
+
+    eps: float = 1e-6
+    std: str = "population"
+
+    def __call__(self, tree: RolloutTree) -> np.ndarray:
+        """Refused: this baseline needs the batch (:meth:`over_batch`)."""
+        raise TypeError("the 'sao' estimator compares tasks with each other: it needs the "
+                        "whole batch (over_batch), not one tree")
+
+    def over_batch(self, trees: Sequence[RolloutTree]) -> list[np.ndarray]:
+        """One array of leaf advantages per tree (:func:`treeroll.tree.leaves` order)."""
+        rewards = [np.asarray(leaf_rewards(tree), dtype=float) for tree in trees]
+        everything = np.concatenate(rewards) if rewards else np.zeros(0)
+        if len(trees) < 2 or everything.size == 0:
+            return [np.zeros(len(r)) for r in rewards]
+        scale = float(np.std(everything, ddof=1 if self.std == "sample" else 0)) + self.eps
+        total, count = float(everything.sum()), everything.size
+        out = []
+        for r in rewards:
+            others = count - r.size
+            baseline = (total - float(r.sum())) / others if others else 0.0
+            out.append((r - baseline) / scale)
+        return out

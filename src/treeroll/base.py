@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AdvantageEstimator",
     "Allocator",
+    "BatchAdvantageEstimator",
     "Budget",
     "Completion",
     "Env",
@@ -415,3 +416,15 @@ AdvantageEstimator = Callable[["RolloutTree"], Any]
 order of ``treeroll.tree.leaves(tree)`` (shape ``[num_leaves]``), or per turn (a mapping
 ``node id -> value``, or one array of turn values per leaf); see
 :func:`treeroll.advantages.token_credit`. Hyper-parameters are keyword-only."""
+
+
+@runtime_checkable
+class BatchAdvantageEstimator(Protocol):
+    """Credit that needs the whole batch, not one task's group (a baseline over the other
+    tasks, as SAO's single rollouts need): the trainer calls :meth:`over_batch` with every
+    tree of a step instead of calling the estimator once per tree."""
+
+    def over_batch(self, trees: Sequence[RolloutTree]) -> list[Any]:
+        """One credit per tree, in order, each in a form :data:`AdvantageEstimator`
+        returns."""
+        ...

@@ -268,6 +268,10 @@ class OptimConfig:
     packed: bool = True
     """Tree-packed update: every unique token of a tree forwarded once (falls back, with a
     warning, to one sequence per leaf when the model does not support it)."""
+    behaviour_lag: int = checked(0, ge=0)
+    """Sample each step's rollout with the weights of this many updates earlier (SAO's
+    asynchronous sampler, made deterministic: ``treeroll.training.behaviour``); 0 = the
+    current weights."""
     turn_order: str = checked("joint", choices=("joint", "reverse"))
     """``joint``: each minibatch is one optimiser step over all its turns. ``reverse``
     (RTPO's turn-level updates, as treeroll reads them): each minibatch becomes one optimiser

@@ -40,6 +40,7 @@ ADVANTAGES.register("gigpo", advantages.gigpo)
 ADVANTAGES.register("treepo", advantages.treepo)
 ADVANTAGES.register("progress", advantages.progress_conditioned)
 ADVANTAGES.register("planpo", advantages.planpo)
+ADVANTAGES.register("sao", advantages.BatchBaseline)  # type: ignore[arg-type]  # a class
 
 
 def make_estimator(advantage_config: Any) -> AdvantageEstimator:
@@ -52,8 +53,9 @@ def make_estimator(advantage_config: Any) -> AdvantageEstimator:
     """
     name = advantage_config.name
     estimator = ADVANTAGES.get(name)
-    try:
-        parameters = list(inspect.signature(estimator).parameters.values())[1:]  # after tree
+    try:  # a class (a batch-level estimator) takes its options when built; a function after
+        parameters = list(inspect.signature(estimator).parameters.values())  # the tree
+        parameters = parameters if inspect.isclass(estimator) else parameters[1:]
     except (TypeError, ValueError):  # a callable whose signature cannot be read
         parameters = []
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
@@ -74,6 +76,9 @@ def make_estimator(advantage_config: Any) -> AdvantageEstimator:
             raise ValueError(f"advantage.{option.name}={value!r} does not apply to the "
                              f"{name!r} estimator (it takes: {takes}); leave it at its "
                              f"default {option.default!r} or choose an estimator that takes it")
+    if inspect.isclass(estimator):
+        built: AdvantageEstimator = estimator(**options)  # type: ignore[assignment]
+        return built
     return functools.partial(estimator, **options)
 
 AllocatorBuilder = Callable[[Any, Any], Allocator | None]

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from treeroll.advantages import token_credit, weighted
+from treeroll.base import BatchAdvantageEstimator
 from treeroll.config import TrainConfig, check_config, config_to_dict
 from treeroll.plugins import (
     make_allocator,
@@ -34,6 +35,7 @@ from treeroll.plugins import (
 )
 from treeroll.policies import build_policy
 from treeroll.rollout import count_status, rollout
+from treeroll.training.behaviour import StaleBehaviour
 from treeroll.training.evaluation import Reporter, Silent, evaluate, task_pools
 from treeroll.training.loss import TrainItem, by_turn_reversed, expanded_backward
 from treeroll.training.packed import PackingUnsupported, packed_backward, unsupported_reason
@@ -139,6 +141,13 @@ class _Run:
             folder.keep_records_until(self.done)
         else:
             self._start_eval()
+        self.behaviour: StaleBehaviour | None = None  # the starting (or resumed) weights
+        self.rollout_backend = self.backend
+        if config.optim.behaviour_lag:
+            self.behaviour = StaleBehaviour(self.model, config.optim.behaviour_lag,
+                                            None if state is None else state["behaviour"])
+            self.rollout_backend = make_backend(config.backend,
+                                                replace(policy, model=self.behaviour.model))
         self.ref_model = None
         if config.optim.loss.kl_coef:
             self.ref_model = copy.deepcopy(self.model).eval()
@@ -178,10 +187,11 @@ class _Run:
     def save(self) -> None:
         """Checkpoint the state after step ``done`` (atomically)."""
         self.summary["cumulative"] = dict(self.cumulative)
-        save_checkpoint(self.folder.checkpoint,
-                        {"model": self.model.state_dict(),
-                         "optimizer": self.optimizer.state_dict(), "step": self.done,
-                         "summary": self.summary}, self.rng)
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "step": self.done, "summary": self.summary}
+        if self.behaviour is not None:
+            state["behaviour"] = self.behaviour.state()
+        save_checkpoint(self.folder.checkpoint, state, self.rng)
 
     def train(self) -> dict[str, Any]:
         """The training loop, then the final evaluation; a crash or Ctrl-C between steps
@@ -222,7 +232,8 @@ class _Run:
         tasks = self.rng.choice(self.train_seeds, size=config.optim.tasks_per_step,
                                 replace=False)
         self.model.eval()
-        batch = rollout(tasks, self.make_env, self.backend, self.turn_format, self.strategy,
+        batch = rollout(tasks, self.make_env, self.rollout_backend, self.turn_format,
+                        self.strategy,
                         config=config.rollout, scorer=self.scorer,
                         allocator=make_allocator(config.allocator, config.rollout),
                         seed=int(self.rng.integers(2**62)),
@@ -240,6 +251,9 @@ class _Run:
                              self.rng)
             self.done, self.updating = step, False
         sync_weights(self.backend, self.model)  # cached KV belongs to the old weights
+        if self.behaviour is not None:
+            self.behaviour.after_update(self.model)
+            sync_weights(self.rollout_backend, self.behaviour.model)
         update_seconds = time.perf_counter() - tick
         # 6. log
         record = _step_record(step, batch.trees, update, rollout_seconds, update_seconds,
@@ -259,14 +273,20 @@ class _Run:
 
 def _train_items(trees: list[RolloutTree], estimator: Any, drop_zero_variance: bool
                  ) -> list[TrainItem]:
-    items: list[TrainItem] = []
+    kept = []
     for tree in trees:
         trajectories = export_trajectories(tree)
         if not trajectories:
             continue
         if drop_zero_variance and len({t.reward for t in trajectories}) == 1:
             continue
-        advantages = weighted(tree, token_credit(tree, estimator(tree)))
+        kept.append((tree, trajectories))
+    credits = (estimator.over_batch([tree for tree, _ in kept])
+               if isinstance(estimator, BatchAdvantageEstimator)
+               else [estimator(tree) for tree, _ in kept])
+    items: list[TrainItem] = []
+    for (tree, trajectories), credit in zip(kept, credits, strict=True):
+        advantages = weighted(tree, token_credit(tree, credit))
         items.extend(TrainItem(t, a) for t, a in zip(trajectories, advantages, strict=True))
     return items
 
