@@ -285,3 +285,17 @@ def test_the_cli_options_load_instances_for_swe_and_refuse_misuse(instance, tmp_
     ]:
         with pytest.raises(ValueError, match="(?s)" + says):
             check_config(replace(TrainConfig(), env=wrong))
+
+
+def test_env_options_set_the_swe_sandbox_and_a_bad_one_is_refused(tmp_path):
+    from treeroll.config import EnvConfig
+    from treeroll.plugins import make_env_factory
+
+    env = make_env_factory(EnvConfig(name="swe", options={"memory_mb": "2048",
+                                                          "tools": f"[{tmp_path}]"}))()
+    try:
+        assert env.config.limits.memory_mb == 2048 and env.config.tools == (str(tmp_path),)
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match=r"--env\.options for swe: unknown settings \['nope'\]"):
+        make_env_factory(EnvConfig(name="swe", options={"nope": "1"}))

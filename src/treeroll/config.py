@@ -52,7 +52,9 @@ class EnvConfig:
     options: dict[str, str] = field(default_factory=dict)
     """A user's own environment factory (``package.module:object``): its config block, ``KEY VALUE``
     pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
-    them as its fields, a builder as keywords."""
+    them as its fields, a builder as keywords. For ``swe``: ``SWEEnvConfig`` and
+    ``SandboxLimits`` fields (``tools "[/opt/conda]"``, ``memory_mb 2048``, ``isolation
+    copy``)."""
     size_min: int | None = checked(None, ge=2)
     """FrozenLake: smallest map side (None = the convention's)."""
     size_max: int | None = checked(None, ge=2)

@@ -139,7 +139,15 @@ def _swe(env_config: Any) -> Callable[[], Env]:
 
     tasks = (builtin_tasks() if env_config.instances is None
              else load_swebench_jsonl(env_config.instances, env_config.repos))
-    settings = {} if env_config.max_turns is None else {"step_limit": env_config.max_turns}
+    settings = parse_options(env_config.options)  # SWEEnvConfig / SandboxLimits fields
+    if "tools" in settings:
+        settings["tools"] = tuple(settings["tools"])
+    if env_config.max_turns is not None:
+        settings["step_limit"] = env_config.max_turns
+    try:  # a bad setting fails before work
+        make_swe_env("mini", tasks, **settings).close()
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"--env.options for swe: {err}") from None
     return lambda: make_swe_env("mini", tasks, **settings)
 
 
