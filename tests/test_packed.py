@@ -449,3 +449,16 @@ def test_truncated_is_objective_packed_equals_expanded(dtype: torch.dtype, is_ca
     config = LossConfig(objective="truncated_is", is_cap=is_cap, kl_coef=0.05)
     metrics = assert_same(items_of(trees), config, dtype, use_ref=True)
     assert (metrics["clip_fraction"] > 0) == (is_cap < 1)  # a tight cap truncates some
+
+
+@pytest.mark.parametrize("normalisation", ["token_mean", "seq_mean"])
+def test_reverse_turn_batches_packed_equal_expanded(normalisation: str) -> None:
+    from treeroll.training.loss import by_turn_reversed
+
+    rng = random.Random(5)
+    trees = [random_tree(rng, g, **SHAPES["deep"]) for g in range(2)]
+    batches = by_turn_reversed(items_of(trees, "treerl"))  # per-turn credit, cut per depth
+    assert len(batches) > 1
+    for batch in batches:
+        assert_same(batch, LossConfig(normalisation=normalisation, clip_low=0.1),
+                    torch.float64)

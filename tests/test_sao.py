@@ -81,3 +81,36 @@ def test_an_sao_run_trains_and_resumes_exactly_with_its_lagged_sampler(tmp_path)
     _train(runs, "split", 2)
     split = _train(runs, "split", 4, "--extend")
     assert split == whole  # the checkpoint carries the lagged weights
+
+
+def test_the_lag_changes_what_the_update_sees(tmp_path) -> None:
+    runs = tmp_path / "runs"  # the shipped base: some tasks succeed, so updates move weights
+    base = ("--policy.init", "frozenlake-tiny", "--env.size-min", "2", "--env.size-max", "3")
+    lagged = _train(runs, "lagged", 2, *base)
+    current = _train(runs, "current", 2, *base, "--optim.behaviour-lag", "0")
+    steps = [[r for r in records if "leaves" in r] for records in (lagged, current)]
+    assert steps[0][0] == steps[1][0]  # step 1: both sample with the starting weights
+    assert steps[0][1]["loss"] != steps[1][1]["loss"]  # step 2: w0 (lag 2) against w1
+
+
+def test_settings_that_do_not_go_together_are_refused_before_work() -> None:
+    from dataclasses import replace
+
+    from treeroll.config import TrainConfig, check_config
+
+    base = TrainConfig()
+    optim, loss = base.optim, base.optim.loss
+    cases = [
+        (replace(base, advantage=replace(base.advantage, name="sao"),
+                 optim=replace(optim, drop_zero_variance=True)), "--optim.drop-zero-variance"),
+        (replace(base, optim=replace(optim, behaviour_lag=1),
+                 backend=replace(base.backend, name="llamacpp")), "--optim.behaviour-lag"),
+        (replace(base, optim=replace(optim, loss=replace(loss, is_cap=3.0))),
+         "--optim.loss.is-cap is 3.0, which only"),
+        (replace(base, optim=replace(optim, loss=replace(loss, objective="truncated_is",
+                                                         clip_low=0.1))),
+         "--optim.loss.clip-low is 0.1, which only ppo_clip"),
+    ]
+    for config, says in cases:
+        with pytest.raises(ValueError, match=says):
+            check_config(config)

@@ -314,6 +314,11 @@ class BatchBaseline:
     eps: float = 1e-6
     std: str = "population"
 
+    def __post_init__(self) -> None:
+        if self.std not in ("population", "sample") or self.eps < 0:
+            raise ValueError(f"sao needs std 'population' or 'sample' and eps >= 0, got "
+                             f"std={self.std!r}, eps={self.eps}")
+
     def __call__(self, tree: RolloutTree) -> np.ndarray:
         """Refused: this baseline needs the batch (:meth:`over_batch`)."""
         raise TypeError("the 'sao' estimator compares tasks with each other: it needs the "
@@ -323,13 +328,15 @@ class BatchBaseline:
         """One array of leaf advantages per tree (:func:`treeroll.tree.leaves` order)."""
         rewards = [np.asarray(leaf_rewards(tree), dtype=float) for tree in trees]
         everything = np.concatenate(rewards) if rewards else np.zeros(0)
-        if len(trees) < 2 or everything.size == 0:
-            return [np.zeros(len(r)) for r in rewards]
-        scale = float(np.std(everything, ddof=1 if self.std == "sample" else 0)) + self.eps
+        ddof = 1 if self.std == "sample" else 0
+        scale = (float(np.std(everything, ddof=ddof)) if everything.size > ddof else 0.0) \
+            + self.eps
         total, count = float(everything.sum()), everything.size
         out = []
         for r in rewards:
             others = count - r.size
-            baseline = (total - float(r.sum())) / others if others else 0.0
-            out.append((r - baseline) / scale)
+            if others == 0 or scale == 0.0:  # no other task to compare with, or all equal
+                out.append(np.zeros(r.size))
+            else:
+                out.append((r - (total - float(r.sum())) / others) / scale)
         return out

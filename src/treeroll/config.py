@@ -222,13 +222,14 @@ class AdvantageConfig:
 
     name: str = "grpo"
     """``grpo``, ``dr_grpo``, ``rloo``, ``tree``, ``treepo``, ``progress``, ``planpo`` (one
-    value per leaf), ``treerl`` or ``gigpo`` (per turn) or ``package.module:function``."""
+    value per leaf), ``treerl`` or ``gigpo`` (per turn), ``sao`` (over the whole batch: for
+    one rollout per task) or ``package.module:function``."""
     options: dict[str, str] = field(default_factory=dict)
     """A user's own estimator (``package.module:object``): its config block, ``KEY VALUE``
     pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
     them as its fields, a builder as keywords."""
     std: str = checked("population", choices=("population", "sample"))
-    """``grpo``, ``tree`` and those built on them (``gigpo``, ``treepo``, ``progress``,
+    """``grpo``, ``tree``, ``sao`` and those built on them (``gigpo``, ``treepo``, ``progress``,
     ``planpo``): divide by the ``population`` std (ddof=0, the default) or the
     ``sample`` std (ddof=1, unbiased: verl's and TRL's, hence Tree-GRPO's code's)."""
     singleton: str = checked("zero", choices=("zero", "verl"))
@@ -236,7 +237,7 @@ class AdvantageConfig:
     tree that never branches is exactly chain GRPO) or, ``verl``, its raw reward (verl's
     mean 0 / std 1)."""
     eps: float = checked(1e-6, ge=0)
-    """``grpo``, ``tree``, ``gigpo``: added to the std before dividing."""
+    """``grpo``, ``tree``, ``gigpo``, ``sao``: added to the std before dividing."""
     omega: float = checked(1.0, ge=0)
     """``gigpo``: weight of the step-level advantage."""
     gamma: float = checked(0.95, ge=0, le=1)
@@ -277,8 +278,10 @@ class OptimConfig:
     turn_order: str = checked("joint", choices=("joint", "reverse"))
     """``joint``: each minibatch is one optimiser step over all its turns. ``reverse``
     (RTPO's turn-level updates, as treeroll reads them): each minibatch becomes one optimiser
-    step per turn depth, the last turns first, each on the model tokens of that depth only
-    (later steps see the weights the earlier ones left)."""
+    step per turn depth, the deepest depth first (absolute depth: a short leaf's last turn
+    waits for its depth), each on the model tokens of that depth only (later steps see the
+    weights the earlier ones left). Each step normalises over its own tokens (``seq_mean``:
+    a mean per turn), so a minibatch moves the weights about once per depth."""
 
 
 @dataclass
@@ -471,11 +474,38 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
         if view is not None and view not in VIEWS:
             found.append(("--policy.view", f"is {view!r}; valid: {', '.join(VIEWS.names())}"))
         found += _init_problems(config.policy.init)
+    if "optim" in sections and "advantage" in sections:
+        found += _optim_problems(config)
     if "optim" in sections and "env" in sections:
         per_step = getattr(config.optim, "tasks_per_step", None)
         if per_step is not None and per_step > config.env.train_tasks:
             found.append(("--optim.tasks-per-step", f"is {per_step}, more than the training "
                           f"pool's {config.env.train_tasks} tasks (--env.train-tasks)"))
+    return found
+
+
+def _optim_problems(config: Any) -> list[tuple[str, str]]:
+    """Settings that do not go together: SAO's batch baseline with dropping one-leaf groups,
+    a lagged sampler on a server backend, one objective's keys with the other objective."""
+    found = []
+    optim, loss = config.optim, config.optim.loss
+    if config.advantage.name == "sao" and optim.drop_zero_variance:
+        found.append(("--optim.drop-zero-variance", "is on, but the 'sao' baseline is for one "
+                      "rollout per task, whose every group has zero variance: nothing would "
+                      "train"))
+    backend = getattr(getattr(config, "backend", None), "name", "hf")
+    if optim.behaviour_lag and backend != "hf":
+        found.append(("--optim.behaviour-lag", f"is {optim.behaviour_lag}, which needs the "
+                      f"in-process 'hf' backend (a second copy of the model), not {backend!r}"))
+    defaults = type(loss)()
+    if loss.objective == "truncated_is":
+        found += [(f"--optim.loss.{key.replace('_', '-')}", f"is {getattr(loss, key)}, which "
+                   "only ppo_clip reads (truncated_is truncates at --optim.loss.is-cap)")
+                  for key in ("clip_low", "clip_high")
+                  if getattr(loss, key) != getattr(defaults, key)]
+    elif loss.is_cap != defaults.is_cap:
+        found.append(("--optim.loss.is-cap", f"is {loss.is_cap}, which only "
+                      "--optim.loss.objective truncated_is reads"))
     return found
 
 

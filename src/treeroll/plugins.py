@@ -47,7 +47,8 @@ def make_estimator(advantage_config: Any) -> AdvantageEstimator:
     """The estimator named by ``advantage_config.name`` with its hyper-parameters bound.
 
     Every field of the config but ``name`` (``std``, ``singleton``, ``eps``) is passed as a
-    keyword to an estimator that takes it (``functools.partial``). An estimator that does not
+    keyword to an estimator that takes it (``functools.partial`` of a function; a class, a
+    :class:`~treeroll.base.BatchAdvantageEstimator`, is built with them). An estimator that does not
     take an option never receives it, and a non-default value for it is an error naming the
     option and the estimator, rather than a setting silently ignored (``rloo`` takes none).
     """
@@ -62,6 +63,10 @@ def make_estimator(advantage_config: Any) -> AdvantageEstimator:
     accepted = [p.name for p in parameters if p.kind in (inspect.Parameter.KEYWORD_ONLY,
                                                          inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     if ":" in name and getattr(advantage_config, "options", None):
+        if inspect.isclass(estimator):  # a batch-level estimator: built with its options
+            made: AdvantageEstimator = build_user_plugin(estimator, advantage_config.options,
+                                                         "advantage")
+            return made
         return build_user_plugin(functools.partial, advantage_config.options, "advantage",
                                  estimator)
     options: dict[str, Any] = {}

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from treeroll.advantages import token_credit, weighted
-from treeroll.base import Env, GenerationBackend, ProcessScorer
+from treeroll.base import BatchAdvantageEstimator, Env, GenerationBackend, ProcessScorer
 from treeroll.config import TrainConfig, check_config, load_config
 from treeroll.formatting import TurnFormat
 from treeroll.plugins import (
@@ -169,6 +169,10 @@ class TreeGroups:
         self.make_env = make_env or make_env_factory(config.env)
         self.strategy = make_strategy(config.strategy)
         self.estimator = make_estimator(config.advantage)
+        if isinstance(self.estimator, BatchAdvantageEstimator):
+            raise ValueError(f"advantage.name {config.advantage.name!r} compares the tasks of a "
+                             "whole batch; a trainer adapter credits one task's group at a "
+                             "time: choose a per-group estimator (grpo, rloo, tree, ...)")
         budget = config.rollout.max_leaves
         self.rollout_config = replace(config.rollout, max_leaves=max(budget or 0, group_size))
         self.scorer = scorer

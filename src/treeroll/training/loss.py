@@ -78,8 +78,8 @@ def ppo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantage: torch.
     ratio = torch.exp(logp - old_logp)
     if config.objective == "truncated_is":
         weight = torch.clamp(ratio.detach(), max=config.is_cap)
-        # value -min(r, c) * A; gradient -min(r, c) * A * grad log pi (ratio / its own value)
-        loss = -weight * advantage * (ratio / ratio.detach())
+        # value -min(r, c) * A; gradient -min(r, c) * A * grad log pi
+        loss = -weight * advantage * torch.exp(logp - logp.detach())
         truncated = ratio.detach() > config.is_cap
     else:
         clipped = torch.clamp(ratio, 1 - config.clip_low, 1 + config.clip_high)
@@ -113,10 +113,17 @@ def by_turn_reversed(items: Sequence[TrainItem]) -> list[list[TrainItem]]:
     for depth in range(deepest, 0, -1):
         batch = []
         for item, turn in zip(items, turns, strict=True):
-            mask = np.asarray(item.trajectory.response_mask) * (turn == depth)
-            if mask.any():
-                batch.append(TrainItem(replace(item.trajectory, response_mask=mask.tolist()),
-                                       item.advantage))
+            t = item.trajectory
+            mask = np.asarray(t.response_mask) * (turn == depth)
+            if not mask.any():
+                continue
+            end = int(np.flatnonzero(mask)[-1]) + 1  # nothing after turn d is read
+            advantage = (item.advantage[:end] if isinstance(item.advantage, np.ndarray)
+                         else item.advantage)
+            batch.append(TrainItem(replace(t, response_ids=t.response_ids[:end],
+                                           response_mask=mask[:end].tolist(),
+                                           response_logprobs=t.response_logprobs[:end]),
+                                   advantage))
         out.append(batch)
     return out
 

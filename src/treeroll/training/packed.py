@@ -344,7 +344,7 @@ class _Run:
         count = data["count"].to(logp.dtype)
         if config.objective == "truncated_is":  # linear in A: the leaves' w * A sum
             weight = torch.clamp(ratio.detach(), max=config.is_cap)
-            loss = -(positive + negative) * weight * (ratio / ratio.detach())
+            loss = -(positive + negative) * weight * torch.exp(logp - logp.detach())
         else:
             loss = -(positive * torch.minimum(ratio, clipped)
                      + negative * torch.maximum(ratio, clipped))

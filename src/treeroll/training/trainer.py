@@ -249,10 +249,11 @@ class _Run:
         with deferred_interrupt():
             update = _update(self.model, self.optimizer, items, config, self.ref_model,
                              self.rng)
+            if self.behaviour is not None:  # part of the update: a checkpoint needs both
+                self.behaviour.after_update(self.model)
             self.done, self.updating = step, False
         sync_weights(self.backend, self.model)  # cached KV belongs to the old weights
         if self.behaviour is not None:
-            self.behaviour.after_update(self.model)
             sync_weights(self.rollout_backend, self.behaviour.model)
         update_seconds = time.perf_counter() - tick
         # 6. log
@@ -295,7 +296,8 @@ def _update(model: Any, optimizer: Any, items: list[TrainItem], config: TrainCon
             ref_model: Any, rng: np.random.Generator) -> dict[str, float]:
     """PPO epochs over ``items`` in minibatches of whole task groups (a tree's leaves stay
     together: packing forwards their shared prefixes once); as many minibatches per epoch as
-    ``optim.minibatches`` asks, at most one per group. Returns every metric averaged over the
+    ``optim.minibatches`` asks, at most one per group, each one optimiser step (one per turn
+    depth with ``optim.turn_order: reverse``). Returns every metric averaged over the
     minibatches, each weighted by its model tokens, and ``optimizer_steps``."""
     if not items:
         return {"skipped": 1.0}
