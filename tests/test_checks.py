@@ -23,7 +23,7 @@ from treeroll.training.sft import SFTConfig
     ("--optim.loss.normalisation", "tokens", "one of 'token_mean', 'seq_mean'"),
     ("--advantage.std", "pop", "one of 'population', 'sample'"),
     ("--strategy.name", "tree-grpo", "valid: arpo, chain, igrpo, patr, random_tree, rtpo"),
-    ("--advantage.name", "ppo", "valid: dr_grpo, gigpo, grpo, planpo, progress, rloo, tree"),
+    ("--advantage.name", "ppo", "valid: dr_grpo, gigpo, grpo, planpo, progress, rloo, sao, tree"),
     ("--allocator.name", "vigr", "valid: uniform, vigor"),
     ("--allocator.name", "vigor", "set --rollout.max-leaves"),
     ("--policy.view", "grid", "valid: cell_coordinates"),

@@ -160,12 +160,14 @@ def test_reverse_turn_batches_go_deepest_first_and_cover_each_model_token_once()
     assert [item.trajectory.group_id for item in deepest] == [0, 2]
     assert deepest[0].trajectory.response_mask == [0, 0, 0, 0, 1]
     assert deepest[1].trajectory.response_mask == [0, 0, 0, 0, 0, 1, 1, 1, 1, 1]
-    assert [item.trajectory.response_mask for item in first] == [
-        [1, 1, 0, 0, 0], [1, 1, 1], [1, 0, 0, 0, 0, 0, 0, 0, 0, 0]]
+    # nothing after an item's turn is read: its tokens are cut where the turn ends
+    assert [item.trajectory.response_mask for item in first] == [[1, 1], [1, 1, 1], [1]]
+    assert [len(item.trajectory.response_ids) for item in first] == [2, 3, 1]
     assert [item.advantage for item in first] == [1.0, 2.0, 3.0]
     for i, mask in enumerate(MASKS):  # every model token in exactly one batch
         covered = [sum(item.trajectory.response_mask[k] for batch in batches for item in batch
-                       if item.trajectory.group_id == i) for k in range(len(mask))]
+                       if item.trajectory.group_id == i
+                       and k < len(item.trajectory.response_mask)) for k in range(len(mask))]
         assert covered == mask
 
 
