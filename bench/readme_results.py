@@ -259,7 +259,8 @@ minutes here) remakes them, and this section quotes them again once it has run.
 """)
 elif "compare_family" in R:
     cf = res("compare_family")
-    fam = [k for k in ("chain", "tree_grpo", "patr", "arpo", "rtpo", "igrpo") if k in cf]
+    fam = [k for k in ("chain", "tree_grpo", "patr", "arpo", "rtpo", "igrpo", "chain+vigor")
+           if k in cf]
     freport = json.loads((ROOT / "docs/compare_family/results.json").read_text())
     w("### The rest of the family under one budget (`treeroll compare`, rLLM convention)\n")
     w(f"""`python bench/compare_strategies.py --config configs/compare_family.yaml` runs ARPO, RTPO and
@@ -267,8 +268,9 @@ IGRPO (issue #12; `docs/methods.md` has each one's definition) beside chain, Tre
 PATR: from `frozenlake-tiny`, {cf['steps']} updates of {cf['tasks_per_step']} tasks, {cf['token_budget']} generated tokens per task per step for
 every strategy (a cap), {cf['seeds']} seeds, held-out success on {cf['eval_tasks']} tasks, greedy, 95% t-intervals over
 seeds. It is shorter than the comparison above, so it shows what each strategy spends and
-samples more than what it learns. VIGOR is an allocator and is not in it. The report is in
-`docs/compare_family/`.
+samples more than what it learns. VIGOR is an allocator, not a strategy: `chain+vigor` is
+chains whose leaves VIGOR moves between the tasks of each batch by reward variance (16 a task
+on average, as chain's group). The report is in `docs/compare_family/`.
 
 {quote('compare_family', ['seeds', 'steps', 'token_budget', *fam])}
 
@@ -278,6 +280,48 @@ samples more than what it learns. VIGOR is an allocator and is not in it. The re
         r, row = cf[n], freport[n]
         w(f"| {n} | {r['final']:.3f} | {ci(r['ci95'])} | {r['start']:.3f} | {r['generated_tokens']:,} | {row['leaves_per_1k_tokens']:.1f} | {row['signal_groups']:.2f} | {row['wall_seconds']:.0f} |")
     w("")
+
+# ---------------------------------------------------------------- allocation
+ALLOC_ARMS = ("chain", "tree_grpo", "patr", "chain+vigor", "igrpo", "arpo")
+if "allocation_quick" in R and stale("allocation_quick"):
+    w("### Tokens to a fixed success (`bench/allocation.py`, rLLM convention)\n")
+    w(f"""**Not rerun on the current code** (last run: commit {R['allocation_quick']['commit'][:10]});
+`python bench/reproduce.py --only allocation_quick` (about 15 minutes here) remakes it.
+""")
+elif "allocation_quick" in R:
+    al = res("allocation_quick")
+    arms = [k for k in ALLOC_ARMS if k in al]
+    w("### Tokens to a fixed success (`bench/allocation.py`, rLLM convention)\n")
+    w(f"""`python bench/allocation.py --quick` trains chain, Tree-GRPO, PATR, VIGOR over chains
+(`chain+vigor`), IGRPO and ARPO with `treeroll compare --config configs/allocation.yaml`: from
+`frozenlake-tiny`, 24 updates of 16 tasks, 320 generated tokens per task per step for each (a
+cap), {al['seeds']} seed(s); held-out success (greedy) every 4 updates on the same 128 held-out tasks.
+The target is the start's success plus {al['gain']:.2f} ({al['start_success']:.3f} -> {al['target_success']:.3f});
+`tokens_to_target` is the cumulative generated tokens at the first evaluation that reaches it
+(null: never reached), `over_chain` its ratio to chain's.
+
+{quote('allocation_quick', ['target_success', 'gain', 'start_success', 'seeds', *arms])}
+
+| method | tokens to target | relative to chain | final success | generated tokens |
+|---|---|---|---|---|""")
+    for n in arms:
+        r = al[n]
+        tt = "never" if r["tokens_to_target"] is None else f"{r['tokens_to_target']:,}"
+        oc = "-" if r["over_chain"] is None else f"{r['over_chain']:.2f}"
+        w(f"| {n} | {tt} | {oc} | {r['final_success']:.3f} | {r['generated_tokens']:,} |")
+    reached = [n for n in arms if al[n]["tokens_to_target"] is not None]
+    w(f"""
+Reached the target within the run: {', '.join(reached) if reached else 'none'}. One seed on 128
+tasks: a difference of a few points is within noise (a 95% Wilson interval at 0.55 on 128
+tasks is about +-0.085).
+""")
+    def _anchor(arm, ratio):
+        oc = al.get(arm, {}).get("over_chain")
+        return ("**met**" if oc is not None and oc <= ratio else "**not met**") + (
+            f" ({oc:.2f})" if oc is not None else " (no ratio: it or chain never reached the target)")
+    w(f"""Anchors: VIGOR's 2.3x fewer rollouts (`chain+vigor` over chain <= 0.43):
+{_anchor('chain+vigor', 0.43)}; Tree-GRPO's quarter of the budget (<= 0.25): {_anchor('tree_grpo', 0.25)}.
+""")
 
 # ---------------------------------------------------------------- benchmarks
 rc, pf, tc, pc, sf = (res(n) for n in ("rollout_cost_quick", "packed_full_step", "train_cost_quick", "patr_cost_quick", "swe_fork_quick"))
