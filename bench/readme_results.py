@@ -279,7 +279,23 @@ on average, as chain's group). The report is in `docs/compare_family/`.
     for n in fam:
         r, row = cf[n], freport[n]
         w(f"| {n} | {r['final']:.3f} | {ci(r['ci95'])} | {r['start']:.3f} | {r['generated_tokens']:,} | {row['leaves_per_1k_tokens']:.1f} | {row['signal_groups']:.2f} | {row['wall_seconds']:.0f} |")
-    w("")
+    ch = cf["chain"]
+    above = [n for n in fam if n != "chain" and cf[n]["ci95"][0] > ch["ci95"][1]]
+    below = [n for n in fam if n != "chain" and cf[n]["ci95"][1] < ch["ci95"][0]]
+    fseeds = {n: [run["final_success"] for run in freport[n]["runs"]] for n in fam}
+    same = [n for n in fam if len(set(fseeds[n])) == 1 and len(fseeds[n]) > 1]
+    w(f"""
+What it shows: in {cf['steps']} updates {'no strategy separates from chain (every interval overlaps chain' + "'s)" if not above and not below else f"above chain with separated intervals: {', '.join(above) or 'none'}; below: {', '.join(below) or 'none'}"}; the
+differences are in what they spend and sample. Generated tokens relative to chain:
+{', '.join(f"{n} {cf[n]['generated_tokens'] / ch['generated_tokens']:.2f}" for n in fam if n != 'chain')}. Task groups with a reward
+signal (not all leaves equal): chain {freport['chain']['signal_groups']:.2f}, {', '.join(f"{n} {freport[n]['signal_groups']:.2f}" for n in fam if n != 'chain')} (above chain's by 0.05 or more:
+{', '.join(n for n in fam if freport[n]['signal_groups'] >= freport['chain']['signal_groups'] + 0.05) or 'none'}). VIGOR over chains spends what chain
+spends (its rounds deal the same total) and ends {100 * (cf['chain+vigor']['final'] - ch['final']):+.1f} points from it.
+""" if "chain+vigor" in cf else "")
+    if same:
+        w(f"""{', '.join(same)}: every seed ends at the same success ({', '.join(f"{fseeds[n][0]:.4f}" for n in same)}, i.e. the same count of 128
+tasks) with different tokens spent (`docs/compare_family/results.json`), hence the zero-width interval.
+""")
 
 # ---------------------------------------------------------------- allocation
 ALLOC_ARMS = ("chain", "tree_grpo", "patr", "chain+vigor", "igrpo", "arpo")
