@@ -233,10 +233,10 @@ No strategy separates from chain: Tree-GRPO ends {100 * (cs['tree_grpo']['final'
 {cs['patr']['start']:.3f} on average); its other four seeds end between {sorted(per_seed['patr'])[1]:.3f} and {max(per_seed['patr']):.3f}.
 """)
     else:
-        w(f"""The comparison run before this one (commit 687e92f, the same settings) had one PATR seed
-collapse: seed 2 ended at 0.227, its entropy rising and more episodes running out of turns in
+        w(f"""Two earlier runs with the same settings had PATR's seed 2 collapse: at commit 687e92f it
+ended at 0.227 (at 6823213, 0.348), its entropy rising and more episodes running out of turns in
 the last steps, with few branches pruned (its metrics are kept in
-`docs/compare_frozenlake/patr_seed2_metrics.jsonl`). In this run the same seed ends at
+`docs/compare_frozenlake/patr_seed2_metrics.jsonl`, from 687e92f). In this run the same seed ends at
 {per_seed['patr'][2]:.3f}, so that collapse was an unstable outcome of one run, not a property of the seed
 or of PATR's settings. Runs of this length are not bit-identical from one commit to the next
 here (the 90-step quick training is); the cause has not been pinned down.
