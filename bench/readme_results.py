@@ -143,8 +143,8 @@ evaluations along the way (step, success, tasks; the middle ones on the first 12
 
 The run uses the engine's synchronous rounds, which sample the same trees as the loop before
 the engine; the HF backend's kept branch-point logits equal a re-fed token's only within float
-rounding, so over 240 steps a few samples differ from that loop's (the 90-step
-`learning.py --quick` below ends on the same figures to the last digit).
+rounding, so over 240 steps a few samples may differ from that loop's (`tests/test_engine.py`
+pins the synchronous rounds to that loop's trees token for token on short rollouts).
 """)
 if not met:
     w(f"""What is known about why (figures above, from `bench/base_policy.py`):
@@ -157,7 +157,7 @@ if not met:
   are in `docs/sft_recipe/`, from earlier code).
 - Per-turn credit did not speed it up: TreeRL's node values ended the default training at
   0.590, and GiGPO's step groups ended the 90-step quick run at 0.578, 0.602 with a KL term
-  (grpo: 0.609); without the KL the GiGPO policy drifted into replies that repeat the action
+  (grpo on the same commit: 0.609); without the KL the GiGPO policy drifted into replies that repeat the action
   block up to the token cap. Four optimiser steps per batch (2 epochs x 2 minibatches, a KL
   of 0.05, twice the step) ended the quick run at 0.594 (`docs/sft_recipe/README.md`: logs of
   these exploration runs, on earlier commits).
