@@ -157,7 +157,7 @@ if not met:
   are in `docs/sft_recipe/`, from earlier code).
 - Per-turn credit did not speed it up: TreeRL's node values ended the default training at
   0.590, and GiGPO's step groups ended the 90-step quick run at 0.578, 0.602 with a KL term
-  (grpo on the same commit: 0.609); without the KL the GiGPO policy drifted into replies that repeat the action
+  (grpo's quick run then: 0.609); without the KL the GiGPO policy drifted into replies that repeat the action
   block up to the token cap. Four optimiser steps per batch (2 epochs x 2 minibatches, a KL
   of 0.05, twice the step) ended the quick run at 0.594 (`docs/sft_recipe/README.md`: logs of
   these exploration runs, on earlier commits).
