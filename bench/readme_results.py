@@ -168,7 +168,9 @@ if not met:
   +2.3) did no better than the default (+3.9); one seed each, 128 tasks
   (`docs/sft_recipe/README.md`, probes of 2026-12-02, with their commands).
 - Next to try: an explanation line that also names the neighbouring cells (the failures
-  are steps into holes), a larger base, more samples per second (issue #11).
+  are steps into holes), a larger base with its own learning rate (at the recipe's, a
+  6-layer 192-wide model reached 0.453 by step 500, below the shipped 0.555), more samples
+  per second (issue #11).
 """)
 w(f"""`python bench/learning.py --quick` (the same training cut to {lq['steps']} steps and 128 held-out tasks):
 
