@@ -158,17 +158,16 @@ if not met:
 - Per-turn credit did not speed it up: TreeRL's node values ended the default training at
   0.590, and GiGPO's step groups ended the 90-step quick run at 0.578, 0.602 with a KL term
   (grpo's quick run then: 0.609); without the KL the GiGPO policy drifted into replies that
-  repeat the action block up to the token cap. Four optimiser steps per batch (2 epochs x 2 minibatches, a KL
-  of 0.05, twice the step) ended the quick run at 0.594 (`docs/sft_recipe/README.md`: logs of
-  these exploration runs, on earlier commits).
+  repeat the action block up to the token cap. Four optimiser steps per batch (2 epochs x 2
+  minibatches, a KL of 0.05, twice the step) ended the quick run at 0.594
+  (`docs/sft_recipe/README.md`: logs of these exploration runs, on earlier commits).
 - More SFT is not the way round it: the recipe has plateaued (resumed to 800 steps it ends
   at 0.566 on the same 256 tasks, about one point for 4,800 more expert episodes), so RL's
   few points are more than more of the same data gives. In the 90-step quick run, rollout
   temperature 0.7 and 1.3 (+0.8 each) and a weaker base (the recipe stopped at step 300,
   +2.3) did no better than the default (+3.9), and 8 tasks a step instead of 16 (the same
   90 updates on half the samples) gained +1.6: the gain follows the samples; one seed each,
-  128 tasks
-  (`docs/sft_recipe/README.md`, probes of 2026-12-02, with their commands).
+  128 tasks (`docs/sft_recipe/README.md`, probes of 2026-12-02, with their commands).
 - Next to try: an explanation line that also names the neighbouring cells (the failures
   are steps into holes), a larger base with its own learning rate (at the recipe's, a
   6-layer 192-wide model reached 0.453 by step 500, below the shipped 0.555), more samples
