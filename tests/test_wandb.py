@@ -9,6 +9,7 @@ import os
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,13 +22,12 @@ from treeroll.training.tensorboard import flatten_scalars
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def read_history(run_file: Path) -> list[tuple[int, dict[str, float]]]:
-    """``(step, scalars)`` of every history record of an offline ``run-*.wandb`` file.
+def read_records(run_file: Path) -> list:
+    """Every ``wandb_internal_pb2.Record`` of an offline ``run-*.wandb`` file, in order.
 
     wandb 0.31 dropped its Python reader (the Go core writes the file), so this reads the
     format itself: a 7-byte ``:W&B`` header, then LevelDB's log format (32 KiB blocks of
-    records with a 7-byte header: CRC, length, type 1 full / 2 first / 3 middle / 4 last),
-    each record a ``wandb_internal_pb2.Record``."""
+    records with a 7-byte header: CRC, length, type 1 full / 2 first / 3 middle / 4 last)."""
     from wandb.proto import wandb_internal_pb2
 
     data = run_file.read_bytes()
@@ -48,11 +48,30 @@ def read_history(run_file: Path) -> list[tuple[int, dict[str, float]]]:
             record = wandb_internal_pb2.Record()
             record.ParseFromString(pieces)
             pieces = b""
-            if record.WhichOneof("record_type") == "history":
-                items = {(i.key or "/".join(i.nested_key)): json.loads(i.value_json)
-                         for i in record.history.item}
-                out.append((record.history.step.num,
-                            {k: v for k, v in items.items() if not k.startswith("_")}))
+            out.append(record)
+    return out
+
+
+def read_history(run_file: Path, wait_s: float = 60.0) -> list[tuple[int, dict[str, float]]]:
+    """``(step, scalars)`` of every history record of an offline run file, once the file is
+    complete: W&B's service may still be writing it after ``run.finish()`` returns (a loaded
+    CI machine read a resumed run's file before its history reached it), so this waits for
+    the run's closing ``exit`` record, up to ``wait_s`` seconds."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        records = read_records(run_file)
+        kinds = [record.WhichOneof("record_type") for record in records]
+        if "exit" in kinds:
+            break
+        assert time.monotonic() < deadline, f"{run_file} has no exit record after {wait_s} s"
+        time.sleep(0.2)
+    out = []
+    for record, kind in zip(records, kinds, strict=True):
+        if kind == "history":
+            items = {(i.key or "/".join(i.nested_key)): json.loads(i.value_json)
+                     for i in record.history.item}
+            out.append((record.history.step.num,
+                        {k: v for k, v in items.items() if not k.startswith("_")}))
     return out
 
 

@@ -75,5 +75,5 @@ class WandbLog:
         """Nothing to do: W&B writes in the background."""
 
     def close(self) -> None:
-        """Finish the W&B run (its files are complete on disk after this)."""
+        """Finish the W&B run (W&B's service may finish writing its files a moment later)."""
         self.run.finish()
