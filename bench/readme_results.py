@@ -8,6 +8,8 @@ from a stored result (never typed), and whether each target is met is computed f
 import json
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 R = {p.stem: json.loads(p.read_text()) for p in (ROOT / "docs/results").glob("*.json")}
 
@@ -316,8 +318,6 @@ if "allocation_quick" in R and stale("allocation_quick"):
 elif "allocation_quick" in R:
     al = res("allocation_quick")
     arms = [k for k in ALLOC_ARMS if k in al]
-    import yaml
-
     acfg = yaml.safe_load((ROOT / "configs/allocation.yaml").read_text())
     aopt, aeval = acfg["base"]["optim"], acfg["base"]["eval"]
     w("### Tokens to a fixed success (`bench/allocation.py`, rLLM convention)\n")

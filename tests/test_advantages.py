@@ -85,7 +85,9 @@ def test_constant_group_has_zero_advantage_and_registry() -> None:
         np.testing.assert_allclose(ADVANTAGES.get(name)(tree), 0.0, atol=1e-9)
     assert all(abs(v) < 1e-12 for v in advantages.treerl(tree).values())
     assert all(np.allclose(turns, 0.0) for turns in advantages.gigpo(tree))
-    valid = "valid: dr_grpo, gigpo, grpo, planpo, progress, rloo, sao, tree, treepo, treerl"
+    assert all(abs(v) < 1e-12 for v in advantages.arpo_hard(tree).values())
+    valid = ("valid: arpo_hard, dr_grpo, gigpo, grpo, planpo, progress, rloo, sao, tree, "
+             "treepo, treerl")
     with pytest.raises(ValueError, match=valid):
         ADVANTAGES.get("nope")
 
@@ -250,3 +252,25 @@ def test_planpo_favours_shorter_successes_and_never_short_failures() -> None:
     assert got[0] > got[1] > got[2]
     assert quick.depth == 1
     np.testing.assert_allclose(advantages.planpo(tree, beta=0.0), advantages.grpo(tree))
+
+
+def test_arpo_hard_gives_a_shared_turn_the_mean_grpo_advantage_of_its_leaves() -> None:
+    """Subtree 0's trunk is shared by a success and a failure, subtree 2's by two successes
+    and a failure: each trunk gets the mean of its leaves' GRPO advantages, each leaf turn
+    its own; the per-token credit puts the trunk's value on every leaf through it."""
+    tree = _tree([[1.0, 0.0], [1.0], [1.0, 1.0, 0.0]])
+    hard = advantages.arpo_hard(tree)
+    grpo = advantages.grpo(tree)
+    group = leaves(tree)
+    trunks = list(tree.root.children)
+    assert tree.root.id not in hard
+    for trunk, members in zip(trunks, ([0, 1], [2], [3, 4, 5]), strict=True):
+        assert np.isclose(hard[trunk.id], grpo[members].mean())
+    for index, leaf in enumerate(group):
+        assert np.isclose(hard[leaf.id], grpo[index])
+    assert hard[trunks[0].id] != hard[group[0].id]  # the shared turn is not the leaf's value
+    credit = advantages.token_credit(tree, hard)
+    first_trunk_tokens = len(trunks[0].action_ids)
+    np.testing.assert_allclose(credit[0][:first_trunk_tokens], hard[trunks[0].id])
+    np.testing.assert_allclose(credit[1][:first_trunk_tokens], hard[trunks[0].id])
+    assert ADVANTAGES.get("arpo_hard") is advantages.arpo_hard

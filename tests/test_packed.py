@@ -462,3 +462,27 @@ def test_reverse_turn_batches_packed_equal_expanded(normalisation: str) -> None:
     for batch in batches:
         assert_same(batch, LossConfig(normalisation=normalisation, clip_low=0.1),
                     torch.float64)
+
+
+def test_arpo_hard_is_grpos_gradient_unless_clipping_or_seq_mean_tells_them_apart() -> None:
+    """A shared token gets the sum of its leaves' advantages either way under ``token_mean``
+    (GRPO: each leaf's copy its own; hard: each copy the mean), so without clipping the two
+    gradients are equal; clipping (a policy moved from its sampling logprobs) and
+    ``seq_mean`` (each copy divided by its own leaf's length) separate them."""
+    rng = random.Random(5)
+    trees = [random_tree(rng, g, depth=3, width=3) for g in range(2)]
+    unclipped = {"clip_low": 1e6, "clip_high": 1e6}
+    settings = {"unclipped": LossConfig(**unclipped), "clipped": LossConfig(clip_low=0.05,
+                clip_high=0.05), "seq_mean": LossConfig(normalisation="seq_mean", **unclipped)}
+    grads: dict[tuple[str, str], torch.Tensor] = {}
+    for estimator in ("grpo", "arpo_hard"):
+        for setting, config in settings.items():
+            model, _ = models(torch.float64)
+            model.zero_grad()
+            packed_backward(model, items_of(trees, estimator), config, None)
+            grads[estimator, setting] = torch.cat([p.grad.flatten() for p in model.parameters()
+                                                   if p.grad is not None])
+    gap = {s: float((grads["grpo", s] - grads["arpo_hard", s]).norm() / grads["grpo", s].norm())
+           for s in settings}
+    assert gap["unclipped"] < 1e-6, gap
+    assert gap["clipped"] > 1e-2 and gap["seq_mean"] > 1e-2, gap

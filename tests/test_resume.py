@@ -121,3 +121,16 @@ def test_ctrl_c_during_an_update_is_raised_after_it() -> None:
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_ctrl_c_held_back_under_nohup_stays_ignored() -> None:
+    """A process started in the background or under ``nohup`` ignores SIGINT; a SIGINT held
+    back during an update must not become a KeyboardInterrupt there either."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with deferred_interrupt():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)

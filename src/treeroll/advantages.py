@@ -60,7 +60,7 @@ from treeroll.tree import (
     subtree_index,
 )
 
-__all__ = ["BatchBaseline", "dr_grpo", "gigpo", "grpo", "normalise", "planpo",
+__all__ = ["BatchBaseline", "arpo_hard", "dr_grpo", "gigpo", "grpo", "normalise", "planpo",
            "progress_conditioned", "rloo", "token_credit", "tree_advantage", "treepo", "treerl",
            "weighted"]
 
@@ -140,6 +140,23 @@ def treerl(tree: RolloutTree, *, leaf_normalise: bool = True) -> dict[int, float
         advantage = (value[node.id] - root) + (value[node.id] - value[node.parent.id])
         out[node.id] = advantage / np.sqrt(count[node.id]) if leaf_normalise else advantage
     return out
+
+
+def arpo_hard(tree: RolloutTree, *, eps: float = 1e-6, std: str = "population",
+              singleton: str = "zero") -> dict[int, float]:
+    """ARPO's "hard" advantage (ALGORITHMS.md section 6): every turn gets the mean GRPO
+    advantage of the group's leaves that share it (the leaves below its node), so a turn on
+    one leaf's path alone keeps that leaf's GRPO advantage and a prefix shared by a winning
+    and a losing leaf is pushed by their average, not once per leaf with opposite signs.
+    ARPO's paper states the rule without code; the mean over the sharing leaves, each with
+    GRPO's group-standardised advantage, is treeroll's reading. Nodes with no leaf of the
+    group below them (dropped branches) get no value."""
+    group = leaves(tree)
+    advantage = normalise(np.array(leaf_rewards(tree, group)), eps=eps, std=std,
+                          singleton=singleton)
+    return {node_id: float(advantage[members].mean())
+            for node_id, members in leaves_below(tree, group).items()
+            if node_id != tree.root.id}
 
 
 def gigpo(tree: RolloutTree, *, omega: float = 1.0, gamma: float = 0.95, eps: float = 1e-6,

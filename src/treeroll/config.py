@@ -222,22 +222,22 @@ class AdvantageConfig:
 
     name: str = "grpo"
     """``grpo``, ``dr_grpo``, ``rloo``, ``tree``, ``treepo``, ``progress``, ``planpo`` (one
-    value per leaf), ``treerl`` or ``gigpo`` (per turn), ``sao`` (over the whole batch: for
-    one rollout per task) or ``package.module:function``."""
+    value per leaf), ``treerl``, ``gigpo`` or ``arpo_hard`` (per turn), ``sao`` (over the
+    whole batch: for one rollout per task) or ``package.module:function``."""
     options: dict[str, str] = field(default_factory=dict)
     """A user's own estimator (``package.module:object``): its config block, ``KEY VALUE``
     pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
     them as its fields, a builder as keywords."""
     std: str = checked("population", choices=("population", "sample"))
     """``grpo``, ``tree``, ``sao`` and those built on them (``gigpo``, ``treepo``, ``progress``,
-    ``planpo``): divide by the ``population`` std (ddof=0, the default) or the
+    ``planpo``, ``arpo_hard``): divide by the ``population`` std (ddof=0, the default) or the
     ``sample`` std (ddof=1, unbiased: verl's and TRL's, hence Tree-GRPO's code's)."""
     singleton: str = checked("zero", choices=("zero", "verl"))
-    """``grpo``, ``dr_grpo``, ``tree``: a group of one gets advantage ``zero`` (default: a
-    tree that never branches is exactly chain GRPO) or, ``verl``, its raw reward (verl's
-    mean 0 / std 1)."""
+    """``grpo``, ``dr_grpo``, ``tree``, ``arpo_hard``: a group of one gets advantage ``zero``
+    (default: a tree that never branches is exactly chain GRPO) or, ``verl``, its raw reward
+    (verl's mean 0 / std 1)."""
     eps: float = checked(1e-6, ge=0)
-    """``grpo``, ``tree``, ``gigpo``, ``sao``: added to the std before dividing."""
+    """``grpo``, ``tree``, ``gigpo``, ``arpo_hard``, ``sao``: added to the std before dividing."""
     omega: float = checked(1.0, ge=0)
     """``gigpo``: weight of the step-level advantage."""
     gamma: float = checked(0.95, ge=0, le=1)

@@ -40,6 +40,7 @@ ADVANTAGES.register("gigpo", advantages.gigpo)
 ADVANTAGES.register("treepo", advantages.treepo)
 ADVANTAGES.register("progress", advantages.progress_conditioned)
 ADVANTAGES.register("planpo", advantages.planpo)
+ADVANTAGES.register("arpo_hard", advantages.arpo_hard)
 ADVANTAGES.register("sao", advantages.BatchBaseline)  # type: ignore[arg-type]  # a class
 
 

@@ -215,6 +215,7 @@ def check_state_fits(model: torch.nn.Module, state: dict[str, Any], source: Path
 def deferred_interrupt() -> Iterator[None]:
     """Hold Ctrl-C (SIGINT) back until the block ends, then raise ``KeyboardInterrupt``:
     an update is never cut in half, so the checkpoint written on Ctrl-C is a whole step.
+    Where SIGINT was ignored before (``nohup``, a background job) it stays ignored.
     Outside the main thread (where signals cannot be handled) it does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -225,5 +226,5 @@ def deferred_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-    if received:
+    if received and previous is not signal.SIG_IGN:  # ignored (nohup, background): stays so
         raise KeyboardInterrupt
