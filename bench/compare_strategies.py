@@ -70,7 +70,8 @@ def main() -> None:
     out: dict = {"config": Path(args.config).name, "seeds": len(config.seeds),
                  "steps": config.base.optim.steps,
                  "tasks_per_step": config.base.optim.tasks_per_step,
-                 "token_budget": config.token_budget, "eval_tasks": config.base.eval.tasks}
+                 "token_budget": config.token_budget, "eval_tasks": config.base.eval.tasks,
+                 "jobs": config.jobs}
     for strategy, row in results.items():
         out[strategy] = {
             "final": round(row["final_success"], 4),

@@ -202,8 +202,9 @@ configs/compare_frozenlake.yaml`: from `frozenlake-tiny`, {cs['steps']} updates 
 budget of {cs['token_budget']} generated tokens per task per step for every strategy (a cap: a
 strategy may spend less), AdamW 2e-4, {cs['seeds']} seeds (the seed changes
 the training tasks and the sampling); held-out success on {cs['eval_tasks']} tasks, greedy; intervals are 95%
-t-intervals over seeds. The report, its plot and an example tree per strategy are in
-`docs/compare_frozenlake/`.
+t-intervals over seeds. {'Runs trained two at a time, one thread each (`jobs: 2`: a run computes
+the same as alone; its wall time is that of a run sharing the 2 cores). ' if cs.get('jobs', 1) > 1 else ''}The report, its plot and an
+example tree per strategy are in `docs/compare_frozenlake/`.
 
 {quote('compare_strategies', ['seeds', 'steps', 'tasks_per_step', 'token_budget', *names, 'patr_minus_chain', 'patr_separated_from_chain', 'patr_tokens_over_chain'])}
 
@@ -279,7 +280,7 @@ IGRPO (issue #12; `docs/methods.md` has each one's definition) beside chain, Tre
 PATR: from `frozenlake-tiny`, {cf['steps']} updates of {cf['tasks_per_step']} tasks, {cf['token_budget']} generated tokens per task per step for
 every strategy (a cap), {cf['seeds']} seeds, held-out success on {cf['eval_tasks']} tasks, greedy, 95% t-intervals over
 seeds. It is shorter than the comparison above, so it shows what each strategy spends and
-samples more than what it learns. VIGOR is an allocator, not a strategy: `chain+vigor` is
+samples more than what it learns{', two runs at a time, one thread each (`jobs: 2`)' if cf.get('jobs', 1) > 1 else ''}. VIGOR is an allocator, not a strategy: `chain+vigor` is
 chains whose leaves VIGOR moves between the tasks of each batch by reward variance (16 a task
 on average, as chain's group). The report is in `docs/compare_family/`.
 

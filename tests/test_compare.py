@@ -165,3 +165,58 @@ def test_a_strategy_under_an_allocator_is_one_arm_of_the_comparison(tmp_path) ->
                        (("chain+nope",), "--allocator.name")]:
         with pytest.raises(ValueError, match=says):
             run_compare(replace(config, strategies=arms, report_dir=str(tmp_path / "other")))
+
+
+def _tiny_compare(report: Path, threads: int = 2, **changes: Any) -> CompareConfig:
+    base = load_config("configs/tiny.yaml")
+    base = replace(base, threads=threads, optim=replace(base.optim, steps=2),
+                   eval=replace(base.eval, tasks=4, every=0),
+                   strategy=replace(base.strategy,
+                                    patr=replace(base.strategy.patr, k_turns=1)))
+    return CompareConfig(report_dir=str(report), strategies=("chain", "patr"), seeds=(0, 1),
+                         token_budget=40, base=base, **changes)
+
+
+def _computed(report: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every run's figures in results.json but its timings."""
+    results = json.loads((report / "results.json").read_text())
+    return {arm: [{k: v for k, v in run.items() if not k.endswith("_seconds")}
+                  for run in row["runs"]] for arm, row in results.items()}
+
+
+def test_runs_trained_side_by_side_compute_what_they_compute_one_after_another(
+        tmp_path) -> None:
+    run_compare(_tiny_compare(tmp_path / "one", threads=1))
+    run_compare(_tiny_compare(tmp_path / "two", jobs=2))  # 2 threads // 2 jobs: 1 each
+    assert _computed(tmp_path / "two") == _computed(tmp_path / "one")
+    text = (tmp_path / "two" / "report.md").read_text()
+    assert "2 runs trained at a time (1 thread(s) each)" in text
+    saved = yaml.safe_load((tmp_path / "two" / "runs" / "patr_seed1" / "config.yaml")
+                           .read_text())
+    assert saved["threads"] == 1
+    # The finished runs are read back, whatever jobs: nothing is trained again.
+    stamp = (tmp_path / "two" / "runs" / "chain_seed1" / "summary.json").stat().st_mtime
+    run_compare(_tiny_compare(tmp_path / "two", jobs=1))
+    assert (tmp_path / "two" / "runs" / "chain_seed1" / "summary.json").stat().st_mtime == stamp
+
+
+def test_a_run_failing_beside_others_reports_its_error_and_keeps_the_finished_runs(
+        tmp_path) -> None:
+    config = _tiny_compare(tmp_path / "r", jobs=2)
+    # patr_seed1 is made first and left interrupted with a damaged checkpoint: the only run
+    # that fails (it starts last, so every other run has started by then).
+    run_compare(replace(config, strategies=("patr",), seeds=(1,), jobs=1))
+    broken = tmp_path / "r" / "runs" / "patr_seed1"
+    (broken / "summary.json").unlink()
+    (broken / "checkpoints" / "last.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(RuntimeError, match=r"run .*patr_seed1 failed: UnpicklingError"):
+        run_compare(config)
+    for name in ("chain_seed0", "chain_seed1", "patr_seed0"):
+        summary = json.loads((tmp_path / "r" / "runs" / name / "summary.json").read_text())
+        assert summary["finished"], name
+
+
+def test_jobs_below_one_are_refused_naming_the_option(tmp_path) -> None:
+    with pytest.raises(ValueError, match=r"--jobs.*0.*>= 1"):
+        run_compare(_tiny_compare(tmp_path / "r", jobs=0))
+    assert not (tmp_path / "r").exists()
