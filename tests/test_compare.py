@@ -5,16 +5,24 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import torch
 import yaml
 
 from treeroll.compare import CompareConfig, _t_interval, _t_quantile, _write_report, run_compare
-from treeroll.config import load_config
+from treeroll.config import config_to_dict, load_config
+
+ROOT = Path(__file__).resolve().parent.parent
 
 T_TABLE = {1: 12.706, 2: 4.303, 3: 3.182, 6: 2.447, 8: 2.306, 10: 2.228, 30: 2.042, 120: 1.980}
 """Two-sided 95% Student-t quantiles by degrees of freedom (any statistics table)."""
@@ -186,11 +194,11 @@ def _computed(report: Path) -> dict[str, list[dict[str, Any]]]:
 
 def test_runs_trained_side_by_side_compute_what_they_compute_one_after_another(
         tmp_path) -> None:
-    run_compare(_tiny_compare(tmp_path / "one", threads=1))
+    run_compare(_tiny_compare(tmp_path / "one"))  # one at a time, 2 threads each
     run_compare(_tiny_compare(tmp_path / "two", jobs=2))  # 2 threads // 2 jobs: 1 each
     assert _computed(tmp_path / "two") == _computed(tmp_path / "one")
     text = (tmp_path / "two" / "report.md").read_text()
-    assert "2 runs trained at a time (1 thread(s) each)" in text
+    assert "up to 2 runs trained at a time (1 thread(s) each)" in text
     saved = yaml.safe_load((tmp_path / "two" / "runs" / "patr_seed1" / "config.yaml")
                            .read_text())
     assert saved["threads"] == 1
@@ -200,20 +208,47 @@ def test_runs_trained_side_by_side_compute_what_they_compute_one_after_another(
     assert (tmp_path / "two" / "runs" / "chain_seed1" / "summary.json").stat().st_mtime == stamp
 
 
-def test_a_run_failing_beside_others_reports_its_error_and_keeps_the_finished_runs(
+def _damage(config: CompareConfig, arm: str, seed: int) -> None:
+    """Make ``arm``'s run for ``seed`` an interrupted one whose checkpoint is damaged."""
+    run_compare(replace(config, strategies=(arm,), seeds=(seed,), jobs=1))
+    run = Path(config.report_dir) / "runs" / f"{arm}_seed{seed}"
+    (run / "summary.json").unlink()
+    (run / "checkpoints" / "last.pt").write_bytes(b"not a checkpoint")
+
+
+def test_a_run_failing_beside_others_is_named_stops_new_starts_and_keeps_finished_runs(
         tmp_path) -> None:
     config = _tiny_compare(tmp_path / "r", jobs=2)
-    # patr_seed1 is made first and left interrupted with a damaged checkpoint: the only run
-    # that fails (it starts last, so every other run has started by then).
-    run_compare(replace(config, strategies=("patr",), seeds=(1,), jobs=1))
-    broken = tmp_path / "r" / "runs" / "patr_seed1"
-    (broken / "summary.json").unlink()
-    (broken / "checkpoints" / "last.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(RuntimeError, match=r"run .*patr_seed1 failed: UnpicklingError"):
+    _damage(config, "chain", 0)  # the first run to start fails at once
+    with pytest.raises(RuntimeError, match=r"run .*chain_seed0 failed: UnpicklingError"):
         run_compare(config)
-    for name in ("chain_seed0", "chain_seed1", "patr_seed0"):
-        summary = json.loads((tmp_path / "r" / "runs" / name / "summary.json").read_text())
-        assert summary["finished"], name
+    runs = tmp_path / "r" / "runs"
+    assert json.loads((runs / "chain_seed1" / "summary.json").read_text())["finished"]
+    assert not (runs / "patr_seed0").exists() and not (runs / "patr_seed1").exists()
+
+
+def test_ctrl_c_during_side_by_side_runs_checkpoints_each_at_a_whole_step(tmp_path) -> None:
+    report = tmp_path / "r"
+    config = _tiny_compare(report, jobs=2)
+    config = replace(config, strategies=("chain",),
+                     base=replace(config.base, checkpoint_every=1000,
+                                  optim=replace(config.base.optim, steps=400)))
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config_to_dict(config)))
+    command = subprocess.Popen([sys.executable, "-m", "treeroll.cli", "compare", "--config",
+                                str(tmp_path / "c.yaml")], cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, start_new_session=True)
+    metrics = [report / "runs" / f"chain_seed{seed}" / "metrics.jsonl" for seed in (0, 1)]
+    deadline = time.monotonic() + 300
+    while not all(m.exists() and m.read_text().count("\n") >= 3 for m in metrics):
+        assert command.poll() is None and time.monotonic() < deadline, command.stdout.read()
+        time.sleep(0.2)
+    os.kill(command.pid, signal.SIGINT)  # the comparison alone, as a terminal's Ctrl-C is
+    assert command.wait(timeout=120) == 130, command.stdout.read()
+    for seed in (0, 1):  # each run checkpointed its last whole step on the Ctrl-C passed on
+        run = report / "runs" / f"chain_seed{seed}"  # (checkpoint_every alone: step 1000)
+        stopped = json.loads((run / "summary.json").read_text())["interrupted_at_step"]
+        saved = torch.load(run / "checkpoints" / "last.pt", weights_only=False)["step"]
+        assert 2 <= saved == stopped - 1 < 400, (seed, saved, stopped)
 
 
 def test_jobs_below_one_are_refused_naming_the_option(tmp_path) -> None:

@@ -123,9 +123,9 @@ def test_ctrl_c_during_an_update_is_raised_after_it() -> None:
         signal.signal(signal.SIGINT, before)
 
 
-def test_ctrl_c_held_back_under_nohup_stays_ignored() -> None:
-    """A process started in the background or under ``nohup`` ignores SIGINT; a SIGINT held
-    back during an update must not become a KeyboardInterrupt there either."""
+def test_ctrl_c_held_back_where_sigint_was_ignored_stays_ignored() -> None:
+    """A background job of a non-interactive shell (``cmd &`` in a script) starts with SIGINT
+    ignored; a SIGINT held back during an update must not become a KeyboardInterrupt there."""
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         with deferred_interrupt():

@@ -320,7 +320,13 @@ def cmd_compare(args: list[str]) -> int:
 
     command = _parse(CompareConfig, args, CompareConfig.__doc__ or "", command="compare")
     with make_reporter(console) as reporter:
-        report = run_compare(command, reporter)
+        try:
+            report = run_compare(command, reporter)
+        except KeyboardInterrupt:
+            console.print(f"[yellow]interrupted: the finished runs and the checkpoints of the "
+                          f"others are in {Path(command.report_dir) / 'runs'}; the same "
+                          "command continues")
+            return 130
     print(report)
     return 0
 

@@ -17,14 +17,18 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import os
 import shutil
+import signal
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 import yaml
 
 from treeroll.checks import validate
@@ -54,8 +58,10 @@ class CompareConfig:
     """Process scorer PATR uses."""
     jobs: int = 1
     """Runs trained at once, each in its own process with ``base.threads // jobs`` threads
-    (at least one). A run computes the same thing however many run beside it (its seed fixes
-    it); its wall time is then that of a run sharing the machine, as the report says. On 2
+    (at least one). A run's seed fixes what it computes, whatever runs beside it (a test
+    finds every figure of a two-at-a-time comparison at one thread a run equal to those of a
+    one-at-a-time one at two threads); its wall time is then that of a run sharing the
+    machine, as the report says. On 2
     cores two one-thread training runs side by side took 49 s where one after the other at
     two threads each took 80 s (8 steps of the default training, 2026-12-02)."""
     base: TrainConfig = field(default_factory=TrainConfig)
@@ -230,31 +236,78 @@ def _train_run(run_config: TrainConfig, reporter: Reporter | None) -> str:
     return run_config.name
 
 
+def _train_child(run: TrainConfig, outcome: Connection) -> None:
+    """A spawned process's whole life: one run, its outcome sent back (None: finished; else
+    the exception, or its text where it does not pickle). It leaves the terminal's process
+    group first, so a Ctrl-C reaches the comparison alone, which passes it on exactly once."""
+    if hasattr(os, "setpgrp"):
+        os.setpgrp()
+    try:
+        _train_run(run, None)
+    except BaseException as error:
+        try:
+            outcome.send(error)
+        except Exception:  # an exception that does not pickle: its type and text
+            outcome.send(RuntimeError(f"{type(error).__name__}: {error}"))
+        raise SystemExit(130 if isinstance(error, KeyboardInterrupt) else 1) from None
+    outcome.send(None)
+
+
 def _train_side_by_side(todo: list[TrainConfig], jobs: int, reporter: Reporter | None) -> None:
-    """``jobs`` runs at a time, each in a fresh (spawned) process with its share of the
-    threads. A failed run stops the runs not yet started and re-raises its error once the
-    running ones have ended; every finished run stays finished, so the same command goes on
-    where it stopped."""
-    split = [replace(run, threads=max(1, run.threads // jobs)) for run in todo]
+    """At most ``jobs`` runs at a time, each in a fresh spawned process with its share of
+    the threads, started in order. A run that fails stops the start of further runs; the
+    running ones finish, then its error is raised naming it (a ``ValueError`` stays one, so
+    the command line shows it as a usage error). Ctrl-C is passed on to every running run,
+    which writes its checkpoint at a whole step (as a single ``treeroll train`` does); then
+    ``KeyboardInterrupt`` is raised. Every finished run stays finished, every interrupted one
+    resumes exactly: the same command goes on where it stopped."""
+    total = todo[0].threads or torch.get_num_threads()
+    split = [replace(run, threads=max(1, total // jobs)) for run in todo]
     if reporter is not None:
         reporter.phase(f"training {len(split)} runs, {jobs} at a time, "
                        f"{split[0].threads} thread(s) each", len(split))
-    context = multiprocessing.get_context("spawn")  # no forked torch state in a worker
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = {pool.submit(_train_run, run, None): run for run in split}
-        try:
-            for done, future in enumerate(as_completed(futures), 1):
-                run = futures[future]
-                try:
-                    future.result()
-                except Exception as error:  # name the run: several were training
-                    raise RuntimeError(f"run {Path(run.runs_dir) / run.name} failed: "
-                                       f"{type(error).__name__}: {error}") from error
-                if reporter is not None:
-                    reporter.advance(done, {"finished": run.name})
-        except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
+    context = multiprocessing.get_context("spawn")  # no forked torch state in a run
+    waiting = list(reversed(split))
+    running: dict[BaseProcess, tuple[TrainConfig, Connection]] = {}
+    failure: tuple[TrainConfig, BaseException] | None = None
+    finished = 0
+    try:
+        while running or (waiting and failure is None):
+            while waiting and failure is None and len(running) < jobs:
+                run = waiting.pop()
+                receive, send = context.Pipe(duplex=False)
+                child: BaseProcess = context.Process(target=_train_child, args=(run, send),
+                                                     name=run.name)
+                child.start()
+                send.close()
+                running[child] = (run, receive)
+            wait([process.sentinel for process in running])
+            for process in [process for process in running if not process.is_alive()]:
+                run, receive = running.pop(process)
+                process.join()
+                error = receive.recv() if receive.poll() else RuntimeError(
+                    f"its process ended with exit code {process.exitcode} (killed?)")
+                if error is None:
+                    finished += 1
+                    if reporter is not None:
+                        reporter.advance(finished, {})
+                elif failure is None:
+                    failure = (run, error)
+    except KeyboardInterrupt:
+        for process in running:
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signal.SIGINT)
+        for process in running:
+            process.join()
+        raise
+    if failure is not None:
+        run, error = failure
+        where = Path(run.runs_dir) / run.name
+        if isinstance(error, ValueError):
+            raise ValueError(f"run {where}: {error}") from error
+        raise RuntimeError(f"run {where} failed: {type(error).__name__}: {error}; the "
+                           "finished runs are kept, and running the same command again "
+                           "resumes the others") from error
 
 
 def _write_report(config: CompareConfig, results: dict[str, list[dict[str, Any]]]) -> None:
@@ -274,11 +327,12 @@ def _write_report(config: CompareConfig, results: dict[str, list[dict[str, Any]]
         "to [0, 1]. "
         "Groups with signal: the share of a step's task groups whose leaves' rewards differ "
         "(the only groups that give a group-relative gradient), averaged over steps. "
-        + (f"Wall s: a run's own wall time, {config.jobs} runs trained at a time "
-           f"({max(1, config.base.threads // config.jobs)} thread(s) each)."
+        + (f"Wall s: a run's own wall time, up to {config.jobs} runs trained at a time "
+           f"({max(1, (config.base.threads or torch.get_num_threads()) // config.jobs)} "
+           "thread(s) each)."
            if config.jobs > 1 else
-           f"Wall s: a run's own wall time, one run at a time ({config.base.threads} "
-           "thread(s))."),
+           f"Wall s: a run's own wall time, one run at a time "
+           f"({config.base.threads or torch.get_num_threads()} thread(s))."),
         "",
         "| strategy | held-out success | 95% interval | per seed | start | generated tokens | "
         "leaves / 1k tokens | groups with signal | scorer s | rollout s | wall s |",
