@@ -183,6 +183,8 @@ w(f"""`python bench/learning.py --quick` (the same training cut to {lq['steps']}
 """)
 
 # ---------------------------------------------------------------- compare
+JOBS_NOTE = ("Runs trained two at a time, one thread each (`jobs: 2`: a run computes what it\n"
+             "computes alone; its wall time is that of a run sharing the 2 cores). ")
 if "compare_strategies" in R and stale("compare_strategies"):
     changed = stale("compare_strategies")
     w("### Strategies under one budget (`treeroll compare`, rLLM convention)\n")
@@ -202,8 +204,7 @@ configs/compare_frozenlake.yaml`: from `frozenlake-tiny`, {cs['steps']} updates 
 budget of {cs['token_budget']} generated tokens per task per step for every strategy (a cap: a
 strategy may spend less), AdamW 2e-4, {cs['seeds']} seeds (the seed changes
 the training tasks and the sampling); held-out success on {cs['eval_tasks']} tasks, greedy; intervals are 95%
-t-intervals over seeds. {'Runs trained two at a time, one thread each (`jobs: 2`: a run computes
-the same as alone; its wall time is that of a run sharing the 2 cores). ' if cs.get('jobs', 1) > 1 else ''}The report, its plot and an
+t-intervals over seeds. {JOBS_NOTE if cs.get('jobs', 1) > 1 else ''}The report, its plot and an
 example tree per strategy are in `docs/compare_frozenlake/`.
 
 {quote('compare_strategies', ['seeds', 'steps', 'tasks_per_step', 'token_budget', *names, 'patr_minus_chain', 'patr_separated_from_chain', 'patr_tokens_over_chain'])}
@@ -235,8 +236,12 @@ all leaves equal): {', '.join(f"{n} {signal[n]:.2f}" for n in names)}. Final suc
     for n in names:
         w(f"| {n} | {' / '.join(f'{v:.3f}' for v in per_seed[n])} |")
     collapsed = worst is not None and worst < cs['patr']['start'] - 0.1
+    c_lo, c_hi = cs["chain"]["ci95"]
+    apart = [n for n in names if n != "chain" and (cs[n]["ci95"][0] > c_hi or cs[n]["ci95"][1] < c_lo)]
+    verdict = ("No strategy separates from chain" if not apart else
+               f"Separated from chain: {', '.join(apart)}; the others overlap it")
     w(f"""
-No strategy separates from chain: Tree-GRPO ends {100 * (cs['tree_grpo']['final'] - cs['chain']['final']):+.1f} points from chain with
+{verdict}: Tree-GRPO ends {100 * (cs['tree_grpo']['final'] - cs['chain']['final']):+.1f} points from chain with
 {cs['tree_grpo']['generated_tokens'] / cs['chain']['generated_tokens']:.2f} of its tokens, the random tree {100 * (cs['random_tree']['final'] - cs['chain']['final']):+.1f} with {cs['random_tree']['generated_tokens'] / cs['chain']['generated_tokens']:.2f}, PATR {100 * (cs['patr']['final'] - cs['chain']['final']):+.1f} with {cs['patr']['generated_tokens'] / cs['chain']['generated_tokens']:.2f}. In
 {cs['steps']} updates no strategy moved the greedy held-out success far from the start.
 """)
