@@ -193,7 +193,7 @@ configs/compare_frozenlake.yaml` (chain, Tree-GRPO, the random tree and PATR und
 budget, 5 seeds). **Not rerun on the current code**: its last run (commit
 {R['compare_strategies']['commit'][:10]}) predates changes to {', '.join(f'`{c}`' for c in changed[:4])}{' and others' if len(changed) > 4 else ''}, so
 its figures are not quoted here; `python bench/reproduce.py --only compare_strategies` (about
-70 minutes here) remakes them.
+35 minutes here) remakes them.
 """)
 elif "compare_strategies" in R:
     cs = res("compare_strategies")
@@ -319,7 +319,7 @@ ALLOC_ARMS = ("chain", "tree_grpo", "patr", "chain+vigor", "igrpo", "arpo")
 if "allocation_quick" in R and stale("allocation_quick"):
     w("### Tokens to a fixed success (`bench/allocation.py`, rLLM convention)\n")
     w(f"""**Not rerun on the current code** (last run: commit {R['allocation_quick']['commit'][:10]});
-`python bench/reproduce.py --only allocation_quick` (about 15 minutes here) remakes it.
+`python bench/reproduce.py --only allocation_quick` (about 6 minutes here) remakes it.
 """)
 elif "allocation_quick" in R:
     al = res("allocation_quick")
@@ -354,7 +354,7 @@ rank the methods. Anchors (VIGOR: 2.3x fewer rollouts than GRPO, `chain+vigor` o
 <= 0.43; Tree-GRPO: a quarter of the budget, <= 0.25): **not shown** at this scale; the
 ratios in the line above are single crossings of a noisy curve
 ({', '.join(f"{n} {al[n]['over_chain']:.2f}" for n in ('chain+vigor', 'tree_grpo') if al.get(n, {}).get('over_chain') is not None) or 'no ratio for either'}). `python bench/allocation.py`
-(the config's 3 seeds, about 45 minutes here) is the run that could.
+(the config's 3 seeds, about 20 minutes here) is the run that could.
 """)
 
 # ---------------------------------------------------------------- benchmarks
