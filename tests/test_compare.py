@@ -236,7 +236,10 @@ def test_ctrl_c_during_side_by_side_runs_checkpoints_each_at_a_whole_step(tmp_pa
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(config_to_dict(config)))
     command = subprocess.Popen([sys.executable, "-m", "treeroll.cli", "compare", "--config",
                                 str(tmp_path / "c.yaml")], cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, start_new_session=True)
+                               stderr=subprocess.STDOUT, start_new_session=True,
+                               # as from a terminal: a background job of a script (CI) starts
+                               # with SIGINT ignored, and Python keeps it so
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     metrics = [report / "runs" / f"chain_seed{seed}" / "metrics.jsonl" for seed in (0, 1)]
     deadline = time.monotonic() + 300
     while not all(m.exists() and m.read_text().count("\n") >= 3 for m in metrics):
