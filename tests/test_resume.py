@@ -134,3 +134,52 @@ def test_ctrl_c_held_back_where_sigint_was_ignored_stays_ignored() -> None:
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_ctrl_c_held_back_goes_to_the_users_own_handler_once() -> None:
+    calls: list[int] = []
+    before = signal.signal(signal.SIGINT, lambda number, frame: calls.append(number))
+    try:
+        with deferred_interrupt():
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            assert calls == []  # held back during the block
+        assert calls == [signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def test_ctrl_c_during_an_update_keeps_that_steps_record_and_the_resume_is_exact(
+        tmp_path, monkeypatch) -> None:
+    from treeroll.config import load_config
+    from treeroll.training import trainer
+
+    config = load_config("configs/tiny.yaml")
+    config.runs_dir, config.threads, config.checkpoint_every = str(tmp_path), 1, 100
+    config.optim.steps = 4
+    config.name = "whole"
+    trainer.train(config)
+    real, calls = trainer._update, []
+
+    def interrupted_update(*args, **kwargs):  # Ctrl-C arrives during step 2's update
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "_update", interrupted_update)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+    try:
+        config.name = "cut"
+        with pytest.raises(KeyboardInterrupt):
+            trainer.train(config)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    cut = tmp_path / "cut"
+    assert torch.load(cut / "checkpoints" / "last.pt", weights_only=False)["step"] == 2
+    assert [r["step"] for r in _records(cut) if "leaves" in r] == [1, 2]
+    monkeypatch.setattr(trainer, "_update", real)
+    config.resume = True
+    trainer.train(config)
+    assert _records(cut) == _records(tmp_path / "whole")

@@ -21,6 +21,9 @@ hyper-parameters) -> np.ndarray [num_leaves]`` in :func:`treeroll.tree.leaves` o
 * ``gigpo`` (:func:`gigpo`): GiGPO's ``A_episode + omega * A_step``, the step term comparing
   the discounted returns of the turns taken from the same environment state, one value per
   turn of each leaf.
+* ``arpo_hard`` (:func:`arpo_hard`): treeroll's reading of ARPO's "hard" shared-token
+  advantage: every turn gets the mean GRPO advantage of the group's leaves that share it,
+  one value per turn.
 * ``sao`` (:class:`BatchBaseline`): treeroll's reading of SAO's group-free baseline, over the
   whole batch (a :class:`~treeroll.base.BatchAdvantageEstimator`): each leaf's reward minus
   the mean reward of the other tasks' leaves, over the batch's reward std.

@@ -213,9 +213,11 @@ def check_state_fits(model: torch.nn.Module, state: dict[str, Any], source: Path
 
 @contextlib.contextmanager
 def deferred_interrupt() -> Iterator[None]:
-    """Hold Ctrl-C (SIGINT) back until the block ends, then raise ``KeyboardInterrupt``:
-    an update is never cut in half, so the checkpoint written on Ctrl-C is a whole step.
-    Where SIGINT was ignored before (``nohup``, a background job) it stays ignored.
+    """Hold Ctrl-C (SIGINT) back until the block ends: an update is never cut in half, so
+    the checkpoint written on Ctrl-C is a whole step. The held-back Ctrl-C then goes to the
+    handler that was there before: Python's (which raises ``KeyboardInterrupt``), a user's
+    own, or none where SIGINT was ignored (``cmd &`` in a script: a non-interactive shell
+    starts background jobs with SIGINT ignored).
     Outside the main thread (where signals cannot be handled) it does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -226,5 +228,10 @@ def deferred_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-    if received and previous is not signal.SIG_IGN:  # ignored (nohup, background): stays so
+    if not received:
+        return
+    if callable(previous):  # Python's own handler raises KeyboardInterrupt; a user's runs
+        previous(signal.SIGINT, None)
+    elif previous is not signal.SIG_IGN:  # SIG_DFL, or a handler not set from Python
         raise KeyboardInterrupt
+    # SIG_IGN (a background job started by a non-interactive shell): it stays ignored

@@ -243,7 +243,8 @@ class _Run:
             self.scorer.observe(batch.trees)
         # 3. rewards and 4. advantages, per task group
         items = _train_items(batch.trees, self.estimator, config.optim.drop_zero_variance)
-        # 5. update, whole: Ctrl-C during it is taken after it
+        # 5. update and 6. its record, whole: Ctrl-C during them is taken after them (a
+        # checkpoint of step N needs step N's record: a resumed run starts at N + 1)
         tick = time.perf_counter()
         self.updating = True  # a crash now may leave the weights half updated: not saved
         with deferred_interrupt():
@@ -252,17 +253,17 @@ class _Run:
             if self.behaviour is not None:  # part of the update: a checkpoint needs both
                 self.behaviour.after_update(self.model)
             self.done, self.updating = step, False
-        sync_weights(self.backend, self.model)  # cached KV belongs to the old weights
-        if self.behaviour is not None:
-            sync_weights(self.rollout_backend, self.behaviour.model)
-        update_seconds = time.perf_counter() - tick
-        # 6. log
-        record = _step_record(step, batch.trees, update, rollout_seconds, update_seconds,
-                              batch.timing, self.cumulative)
-        if config.eval.every and step % config.eval.every == 0 and step < config.optim.steps:
-            record["eval"] = self._evaluate(config.eval.tasks_during)
-        append_jsonl(self.folder.metrics, record)
-        self.scalars.record(step, record)
+            sync_weights(self.backend, self.model)  # cached KV belongs to the old weights
+            if self.behaviour is not None:
+                sync_weights(self.rollout_backend, self.behaviour.model)
+            update_seconds = time.perf_counter() - tick
+            record = _step_record(step, batch.trees, update, rollout_seconds, update_seconds,
+                                  batch.timing, self.cumulative)
+            if (config.eval.every and step % config.eval.every == 0
+                    and step < config.optim.steps):
+                record["eval"] = self._evaluate(config.eval.tasks_during)
+            append_jsonl(self.folder.metrics, record)
+            self.scalars.record(step, record)
         if config.save_trees_every and step % config.save_trees_every == 0:
             save_tree(batch.trees[0], run_dir / "trees" / f"step_{step:05d}.json")
         self.reporter.advance(step, {"success": record["success_rate"],
