@@ -220,7 +220,7 @@ def test_a_run_failing_beside_others_is_named_stops_new_starts_and_keeps_finishe
         tmp_path) -> None:
     config = _tiny_compare(tmp_path / "r", jobs=2)
     _damage(config, "chain", 0)  # the first run to start fails at once
-    with pytest.raises(RuntimeError, match=r"run .*chain_seed0 failed: UnpicklingError"):
+    with pytest.raises(ValueError, match=r"run .*chain_seed0: checkpoint .*last.pt cannot be read"):
         run_compare(config)
     runs = tmp_path / "r" / "runs"
     assert json.loads((runs / "chain_seed1" / "summary.json").read_text())["finished"]

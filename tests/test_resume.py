@@ -183,3 +183,20 @@ def test_ctrl_c_during_an_update_keeps_that_steps_record_and_the_resume_is_exact
     config.resume = True
     trainer.train(config)
     assert _records(cut) == _records(tmp_path / "whole")
+
+
+def test_a_damaged_checkpoint_is_named_in_a_clear_error_not_an_unpickling_traceback(
+        tmp_path) -> None:
+    runs = tmp_path / "runs"
+    base = [sys.executable, "-m", "treeroll.cli", "train", "--config", "configs/tiny.yaml",
+            "--runs-dir", str(runs), "--name", "hurt", "--checkpoint-every", "1",
+            "--threads", "1"]
+    subprocess.run([*base, "--optim.steps", "1"], cwd=ROOT, check=True, capture_output=True)
+    checkpoint = runs / "hurt" / "checkpoints" / "last.pt"
+    checkpoint.write_bytes(checkpoint.read_bytes()[:200])  # a copy cut short
+    resumed = subprocess.run([*base, "--optim.steps", "2", "--resume", "--extend"], cwd=ROOT,
+                             capture_output=True, text=True,
+                             env={**os.environ, "COLUMNS": "400"})  # no wrapped path
+    assert resumed.returncode == 2, resumed.stderr
+    assert f"checkpoint {checkpoint} cannot be read" in resumed.stderr
+    assert "Traceback" not in resumed.stderr

@@ -61,9 +61,9 @@ class CompareConfig:
     (at least one). A run's seed fixes what it computes, whatever runs beside it (a test
     finds every figure of a two-at-a-time comparison at one thread a run equal to those of a
     one-at-a-time one at two threads); its wall time is then that of a run sharing the
-    machine, as the report says. On 2
-    cores two one-thread training runs side by side took 49 s where one after the other at
-    two threads each took 80 s (8 steps of the default training, 2026-12-02)."""
+    machine, as the report says. On 2 cores two one-thread training runs side by side took
+    49 s where one after the other at two threads each took 80 s (8 steps of the default
+    training, 2026-12-02)."""
     base: TrainConfig = field(default_factory=TrainConfig)
     """The training settings every run shares (env, policy, optimiser, evaluation)."""
 
@@ -224,16 +224,21 @@ def run_compare(config: CompareConfig, reporter: Reporter | None = None) -> str:
     return str(report / "report.md")
 
 
-def _train_run(run_config: TrainConfig, reporter: Reporter | None) -> str:
+def _threads_per_run(threads: int, jobs: int) -> int:
+    """Threads each of ``jobs`` side-by-side runs gets out of ``threads`` (0: torch's
+    default), at least one."""
+    return max(1, (threads or torch.get_num_threads()) // jobs)
+
+
+def _train_run(run_config: TrainConfig, reporter: Reporter | None) -> None:
     """Train one run to its end (an interrupted one continues exactly from its last
-    checkpoint) and store its summary with the wall time; returns the run's name."""
+    checkpoint) and store its summary with the wall time."""
     run_dir = Path(run_config.runs_dir) / run_config.name
     resume = (run_dir / "checkpoints" / "last.pt").exists()
     start = time.perf_counter()
     summary = train(replace(run_config, resume=resume), reporter)
     summary["wall_seconds"] = summary.get("wall_seconds", 0.0) + time.perf_counter() - start
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    return run_config.name
 
 
 def _train_child(run: TrainConfig, outcome: Connection) -> None:
@@ -261,8 +266,7 @@ def _train_side_by_side(todo: list[TrainConfig], jobs: int, reporter: Reporter |
     which writes its checkpoint at a whole step (as a single ``treeroll train`` does); then
     ``KeyboardInterrupt`` is raised. Every finished run stays finished, every interrupted one
     resumes exactly: the same command goes on where it stopped."""
-    total = todo[0].threads or torch.get_num_threads()
-    split = [replace(run, threads=max(1, total // jobs)) for run in todo]
+    split = [replace(run, threads=_threads_per_run(run.threads, jobs)) for run in todo]
     if reporter is not None:
         reporter.phase(f"training {len(split)} runs, {jobs} at a time, "
                        f"{split[0].threads} thread(s) each", len(split))
@@ -328,11 +332,10 @@ def _write_report(config: CompareConfig, results: dict[str, list[dict[str, Any]]
         "Groups with signal: the share of a step's task groups whose leaves' rewards differ "
         "(the only groups that give a group-relative gradient), averaged over steps. "
         + (f"Wall s: a run's own wall time, up to {config.jobs} runs trained at a time "
-           f"({max(1, (config.base.threads or torch.get_num_threads()) // config.jobs)} "
-           "thread(s) each)."
+           f"({_threads_per_run(config.base.threads, config.jobs)} thread(s) each)."
            if config.jobs > 1 else
            f"Wall s: a run's own wall time, one run at a time "
-           f"({config.base.threads or torch.get_num_threads()} thread(s))."),
+           f"({_threads_per_run(config.base.threads, 1)} thread(s))."),
         "",
         "| strategy | held-out success | 95% interval | per seed | start | generated tokens | "
         "leaves / 1k tokens | groups with signal | scorer s | rollout s | wall s |",

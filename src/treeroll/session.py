@@ -18,6 +18,7 @@ from treeroll.plugins import make_backend, make_env_factory, make_strategy, scor
 from treeroll.policies import Policy, build_policy
 from treeroll.rollout import rollout
 from treeroll.strategies import PATR
+from treeroll.training.runfolder import read_checkpoint
 from treeroll.tree import Node, RolloutTree
 
 __all__ = ["apply_shortcuts", "build_one_tree", "describe_tree", "load_run_config",
@@ -70,7 +71,7 @@ def load_run_policy(run_dir: Path) -> tuple[TrainConfig, GenerationBackend, Turn
     make_env = make_env_factory(config.env)
     policy = build_policy(config.policy.init, config.policy.model, config.policy.view,
                           make_env, run_dir / "policy")
-    policy.model.load_state_dict(torch.load(checkpoint, weights_only=False)["model"])
+    policy.model.load_state_dict(read_checkpoint(checkpoint)["model"])
     policy.model.eval()
     return config, make_backend(config.backend, policy), policy.turn_format(), make_env
 

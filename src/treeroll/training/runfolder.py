@@ -26,6 +26,7 @@ __all__ = [
     "finished_steps",
     "load_checkpoint",
     "move_aside",
+    "read_checkpoint",
     "save_checkpoint",
 ]
 
@@ -50,9 +51,28 @@ def save_checkpoint(path: Path, state: dict[str, Any], rng: np.random.Generator)
     tmp.replace(path)
 
 
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """A checkpoint's saved state; a file that does not read back (truncated or overwritten
+    outside treeroll: treeroll's own writes are atomic) raises a ``ValueError`` naming it,
+    not the unpickler's traceback."""
+    try:
+        state: dict[str, Any] = torch.load(path, weights_only=False)
+    except FileNotFoundError:
+        raise
+    except Exception as error:  # torch raises pickle, zip and runtime errors alike
+        raise ValueError(f"checkpoint {path} cannot be read ({type(error).__name__}: "
+                         f"{error}); it is damaged or not a treeroll checkpoint. Restore it, "
+                         "or move the run folder aside and train again") from error
+    if not isinstance(state, dict) or "model" not in state:
+        raise ValueError(f"checkpoint {path} holds no model state: it is not a treeroll "
+                         "checkpoint")
+    return state
+
+
 def load_checkpoint(path: Path, rng: np.random.Generator) -> dict[str, Any]:
-    """Read a checkpoint and restore the RNGs it saved into ``rng`` and torch."""
-    state: dict[str, Any] = torch.load(path, weights_only=False)
+    """Read a checkpoint (see :func:`read_checkpoint`) and restore the RNGs it saved into
+    ``rng`` and torch."""
+    state = read_checkpoint(path)
     rng.bit_generator.state = state["rng"]
     torch.set_rng_state(state["torch_rng"])
     return state
