@@ -21,7 +21,7 @@ def res(name):
 def quote(name, keys):
     r = res(name)
     sub = {k: r[k] for k in keys if k in r}
-    return f"<!-- result: {name} -->\n`{json.dumps(sub)}`\n\n(`{R[name]['command']}`, commit {R[name]['commit'][:10]}, {R[name]['seconds']:.0f} s)"
+    return f"<!-- result: {name} -->\n`{json.dumps(sub)}`\n\n(`{R[name]['command']}`, commit {R[name]['commit'][:10]}, {R[name]['seconds']:.0f} s{', ' + R[name]['cpu'] if R[name].get('cpu') else ''})"
 
 
 def stale(name):
@@ -62,7 +62,7 @@ w("### The shipped base policy `frozenlake-tiny` (rLLM convention)\n")
 w(f"""Made by `treeroll sft --config configs/sft_frozenlake.yaml`: {sb['steps']} steps, {sb['train_seconds'] / 60:.1f} min of training
 and {sb['eval_seconds'] / 60:.1f} min of held-out evaluations on the 2 cores. `python bench/sft_base.py` runs that command
 again into a temporary folder and compares the weights it makes with the shipped ones
-({'identical, tensor for tensor' if sb['identical_to_shipped'] else f"not identical: largest difference {sb['max_abs_difference']:.2e}"}):
+({'identical, tensor for tensor' if sb['identical_to_shipped'] else f"not identical: largest difference {sb['max_abs_difference']:.2e}, held-out success {f3(sb['final_success'])} against the shipped {f3(bp['success'])}. The run is deterministic on one machine, but not across CPUs: 500 from-scratch steps at learning rate 2e-3 amplify a different float rounding. This one ran on {R['sft_base'].get('cpu', 'an unrecorded CPU')}; the shipped weights were made on a 2-core Intel Xeon, where the remake at commit 59e9ea6 gave them tensor for tensor (CHANGELOG)"}):
 
 {quote('sft_base', ['final_success', 'final_ci', 'format_ok', 'tasks', 'steps', 'params', 'train_seconds', 'identical_to_shipped', 'max_abs_difference'])}
 
@@ -257,6 +257,12 @@ the last steps, with few branches pruned (its metrics are kept in
 {per_seed['patr'][2]:.3f}, so that collapse was an unstable outcome of one run, not a property of the seed
 or of PATR's settings. Runs of this length are not bit-identical from one commit to the next
 here (the 90-step quick training is); the cause has not been pinned down.
+""")
+    low_run = min(((v, n, i) for n in names for i, v in enumerate(per_seed[n])))
+    w(f"""
+This run's lowest seed is {low_run[1]}'s seed {low_run[2]} at {low_run[0]:.3f} (its other seeds
+{min(v for i, v in enumerate(per_seed[low_run[1]]) if i != low_run[2]):.3f}–{max(v for i, v in enumerate(per_seed[low_run[1]]) if i != low_run[2]):.3f}); with single seeds
+dropping like this from run to run, five seeds separate only large effects.
 """)
     w(f"""Targets (PATR's paper: +9.3 over GRPO on this convention): PATR ends above chain with
 separated intervals: **{'met' if sep else 'not met'}** ({cs['patr_minus_chain'] * 100:+.1f} points); PATR reaches chain's final success with at

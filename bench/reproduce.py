@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -87,6 +88,18 @@ def git(*args: str) -> str:
                           check=True).stdout.strip()
 
 
+def cpu_model() -> str:
+    """The machine's CPU model (``/proc/cpuinfo``'s model name; ``platform.processor()``
+    elsewhere): figures that are not bit-reproducible across CPUs (a long from-scratch SFT
+    run) say which one they came from."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    return platform.processor() or "unknown"
+
+
 def code_is_dirty() -> bool:
     """Whether the working tree has uncommitted changes to the code figures depend on."""
     return bool(git("status", "--porcelain", "--", *CODE))
@@ -125,7 +138,7 @@ def run_figure(figure: Figure) -> dict:
                          f"({done.returncode}):\n{done.stderr[-3000:]}")
     last = done.stdout.strip().splitlines()[-1]
     record = {"name": figure.name, "command": "python " + " ".join(figure.command),
-              "commit": commit, "dirty": dirty, "started": started,
+              "commit": commit, "dirty": dirty, "started": started, "cpu": cpu_model(),
               "seconds": round(seconds, 1), "depends_on": depends_on,
               "result": json.loads(last)}
     RESULTS.mkdir(parents=True, exist_ok=True)

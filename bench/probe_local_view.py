@@ -1,0 +1,123 @@
+"""Probe (issue #9): does a view that shows the player's neighbouring cells make RL learn?
+
+The shipped base reads ``cell_coordinates_compact``: after the first observation only the
+player's and the goal's cells are shown, so avoiding a hole means recalling it from the first
+grid. ``python bench/base_policy.py`` finds the base failing 109 of its 114 failed episodes in
+a hole and never solving a map that needs a detour. This probe adds the four neighbouring
+cells to that header line (``P@3,3 G@5,6 _@2,3 O@4,3 _@3,2 _@3,4``: up, down, left, right, the
+ones inside the map), registers it as the view ``cell_coordinates_local`` in this process only
+(it is not part of the package: a probe, not a figure), and then
+
+1. makes a base with the shipped recipe (``configs/sft_frozenlake.yaml``, this view,
+   ``--optim.steps`` as given) into a temporary folder (the package's policy is left alone),
+2. evaluates it as ``bench/base_policy.py`` does (``--tasks`` held-out tasks, greedy),
+3. trains it as ``bench/learning.py --quick`` does (the default RL config, 90 steps).
+
+    python bench/probe_local_view.py --sft-steps 500      # about 13 minutes on 2 cores
+
+Each stage's last JSON line is printed as it ends; the last line joins them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import runpy
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from treeroll.views import VIEWS, cell_coordinates_compact
+
+ROOT = Path(__file__).resolve().parent.parent
+_NEIGHBOURS = ((-1, 0), (1, 0), (0, -1), (0, 1))
+
+
+def cell_coordinates_local(text: str, first: bool = True) -> str:
+    """``cell_coordinates_compact`` with the player's neighbouring cells (up, down, left,
+    right; those inside the map) added to the header line of every observation."""
+    compact = cell_coordinates_compact(text, first)
+    words = {}
+    for word in " ".join(cell_coordinates_compact(text, True).split("\n")).split(" "):
+        if "@" in word and "," in word:
+            where = word.partition("@")[2]
+            row, _, column = where.partition(",")
+            if row.isdigit() and column.isdigit():
+                words.setdefault((int(row), int(column)), []).append(word)
+    lines = compact.split("\n")
+    for index, line in enumerate(lines):
+        cells = line.split(" ")
+        if cells and cells[0][:1] in "PX\u221a" and "@" in cells[0] and len(cells) <= 2:
+            row, column = map(int, cells[0].partition("@")[2].split(","))
+            near = [words[(row + dr, column + dc)][-1] for dr, dc in _NEIGHBOURS
+                    if (row + dr, column + dc) in words]
+            lines[index] = " ".join(cells + near)
+            break
+    return "\n".join(lines)
+
+
+def _last_json(stage: str, path: str, argv: list[str]) -> dict[str, Any]:
+    """Run a bench script or the CLI in this process (so the view stays registered) and
+    return the JSON object its output ends with."""
+    out = io.StringIO()
+    sys.argv = [path, *argv]
+    tick = time.perf_counter()
+    with contextlib.redirect_stdout(out):
+        try:
+            if path.endswith(".py"):
+                runpy.run_path(path, run_name="__main__")
+            else:
+                runpy.run_module(path, run_name="__main__")
+        except SystemExit as exit_:
+            if exit_.code not in (0, None):
+                raise
+    lines = [line for line in out.getvalue().splitlines() if line.startswith("{")]
+    result = json.loads(lines[-1]) if lines else {}
+    result["stage_seconds"] = round(time.perf_counter() - tick, 1)
+    print(json.dumps({"stage": stage, **result}), flush=True)
+    return result
+
+
+def main() -> None:
+    """Make, evaluate and train the probe's base; print the JSON line last."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sft-steps", type=int, default=500)
+    parser.add_argument("--tasks", type=int, default=256)
+    parser.add_argument("--skip-rl", action="store_true")
+    args = parser.parse_args()
+    VIEWS.register("cell_coordinates_local", cell_coordinates_local)
+    work = Path(tempfile.mkdtemp(prefix="treeroll-probe-local-"))
+    export = work / "policy"
+    sft = _last_json("sft", "treeroll.cli", [
+        "sft", "--config", str(ROOT / "configs" / "sft_frozenlake.yaml"), "--name", "sft_local",
+        "--runs-dir", str(work / "runs"), "--policy.view", "cell_coordinates_local",
+        "--optim.steps", str(args.sft_steps), "--export", str(export)])
+    base = _last_json("base", str(ROOT / "bench" / "base_policy.py"),
+                      ["--policy", str(export), "--tasks", str(args.tasks)])
+    rl: dict[str, Any] = {}
+    if not args.skip_rl:
+        config = yaml.safe_load((ROOT / "configs" / "frozenlake_rllm.yaml").read_text())
+        config["policy"]["init"] = str(export)
+        (work / "rl.yaml").write_text(yaml.safe_dump(config))
+        rl = _last_json("rl", str(ROOT / "bench" / "learning.py"),
+                        ["--quick", "--config", str(work / "rl.yaml"),
+                         "--runs-dir", str(work / "runs")])
+    keys = ("success", "ci_low", "ci_high", "format_ok", "by_size", "needs_detour", "direct",
+            "failed_in_hole", "sampled_success", "pass_at_k")
+    print(json.dumps({"view": "cell_coordinates_local", "sft_steps": args.sft_steps,
+                      "sft": {k: sft.get(k) for k in sft if not isinstance(sft[k], dict)},
+                      "base": {k: base.get(k) for k in keys},
+                      "rl": {k: rl.get(k) for k in ("start_success", "final_success", "gain",
+                                                    "start_ci", "final_ci", "train_seconds",
+                                                    "generated_tokens")},
+                      "work": str(work)}))
+
+
+if __name__ == "__main__":
+    main()
