@@ -79,6 +79,7 @@ FIGURES = (
                               "configs/compare_family.yaml", "--fresh", "--copy-to",
                               "docs/compare_family"), False, 30),
     Figure("allocation_quick", ("bench/allocation.py", "--quick", "--fresh"), False, 15),
+    Figure("allocation", ("bench/allocation.py", "--fresh"), False, 30),
 )
 
 
