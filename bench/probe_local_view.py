@@ -13,7 +13,14 @@ ones inside the map), registers it as the view ``cell_coordinates_local`` in thi
 2. evaluates it as ``bench/base_policy.py`` does (``--tasks`` held-out tasks, greedy),
 3. trains it as ``bench/learning.py --quick`` does (the default RL config, 90 steps).
 
-    python bench/probe_local_view.py --sft-steps 500      # about 13 minutes on 2 cores
+``--view moves`` registers ``cell_coordinates_moves`` instead: the header line gets, for each
+action, the symbol of the cell that move lands on (``P@5,3 G@5,6 Up _ Down O Left _ Right
+_``; a move into the map's edge lands on the player, ``P``), so that the word after an
+action's own name says whether it ends in a hole (``bench/probe_shield.py``: never stepping
+into a hole next to the player would lift the shipped base from 0.555 to 0.820).
+
+    python bench/probe_local_view.py --sft-steps 500      # about 16 minutes on 2 cores
+    python bench/probe_local_view.py --view moves
 
 Each stage's last JSON line is printed as it ends; the last line joins them.
 """
@@ -62,6 +69,36 @@ def cell_coordinates_local(text: str, first: bool = True) -> str:
     return "\n".join(lines)
 
 
+_ACTIONS = (("Up", (-1, 0)), ("Down", (1, 0)), ("Left", (0, -1)), ("Right", (0, 1)))
+
+
+def cell_coordinates_moves(text: str, first: bool = True) -> str:
+    """``cell_coordinates_compact`` with, on the header line of every observation, each
+    action's name followed by the symbol of the cell it lands on (``P``: the map's edge)."""
+    compact = cell_coordinates_compact(text, first)
+    symbols = {}
+    for word in " ".join(cell_coordinates_compact(text, True).split("\n")).split(" "):
+        if "@" in word and "," in word:
+            row, _, column = word.partition("@")[2].partition(",")
+            if row.isdigit() and column.isdigit():
+                symbols[(int(row), int(column))] = word[0]
+    lines = compact.split("\n")
+    for index, line in enumerate(lines):
+        cells = line.split(" ")
+        if cells and cells[0][:1] in "PX\u221a" and "@" in cells[0] and len(cells) <= 2:
+            row, column = map(int, cells[0].partition("@")[2].split(","))
+            moves = []
+            for name, (dr, dc) in _ACTIONS:
+                moves += [name, symbols.get((row + dr, column + dc), "P")]
+            lines[index] = " ".join(cells + moves)
+            break
+    return "\n".join(lines)
+
+
+PROBE_VIEWS = {"local": ("cell_coordinates_local", cell_coordinates_local),
+               "moves": ("cell_coordinates_moves", cell_coordinates_moves)}
+
+
 def _last_json(stage: str, path: str, argv: list[str]) -> dict[str, Any]:
     """Run a bench script or the CLI in this process (so the view stays registered) and
     return the JSON object its output ends with."""
@@ -90,19 +127,24 @@ def main() -> None:
     parser.add_argument("--sft-steps", type=int, default=500)
     parser.add_argument("--tasks", type=int, default=256)
     parser.add_argument("--skip-rl", action="store_true")
+    parser.add_argument("--view", choices=sorted(PROBE_VIEWS), default="local")
+    parser.add_argument("--rl-config", default=str(ROOT / "configs" / "frozenlake_rllm.yaml"),
+                        help="the RL config the base is trained with (its policy.init is "
+                        "replaced by the probe's base)")
     args = parser.parse_args()
-    VIEWS.register("cell_coordinates_local", cell_coordinates_local)
+    view, function = PROBE_VIEWS[args.view]
+    VIEWS.register(view, function)
     work = Path(tempfile.mkdtemp(prefix="treeroll-probe-local-"))
     export = work / "policy"
     sft = _last_json("sft", "treeroll.cli", [
         "sft", "--config", str(ROOT / "configs" / "sft_frozenlake.yaml"), "--name", "sft_local",
-        "--runs-dir", str(work / "runs"), "--policy.view", "cell_coordinates_local",
+        "--runs-dir", str(work / "runs"), "--policy.view", view,
         "--optim.steps", str(args.sft_steps), "--export", str(export)])
     base = _last_json("base", str(ROOT / "bench" / "base_policy.py"),
                       ["--policy", str(export), "--tasks", str(args.tasks)])
     rl: dict[str, Any] = {}
     if not args.skip_rl:
-        config = yaml.safe_load((ROOT / "configs" / "frozenlake_rllm.yaml").read_text())
+        config = yaml.safe_load(Path(args.rl_config).read_text())
         config["policy"]["init"] = str(export)
         (work / "rl.yaml").write_text(yaml.safe_dump(config))
         rl = _last_json("rl", str(ROOT / "bench" / "learning.py"),
@@ -110,7 +152,7 @@ def main() -> None:
                          "--runs-dir", str(work / "runs")])
     keys = ("success", "ci_low", "ci_high", "format_ok", "by_size", "needs_detour", "direct",
             "failed_in_hole", "sampled_success", "pass_at_k")
-    print(json.dumps({"view": "cell_coordinates_local", "sft_steps": args.sft_steps,
+    print(json.dumps({"view": view, "rl_config": args.rl_config, "sft_steps": args.sft_steps,
                       "sft": {k: sft.get(k) for k in sft if not isinstance(sft[k], dict)},
                       "base": {k: base.get(k) for k in keys},
                       "rl": {k: rl.get(k) for k in ("start_success", "final_success", "gain",
