@@ -21,6 +21,7 @@ into a hole next to the player would lift the shipped base from 0.555 to 0.820).
 
     python bench/probe_local_view.py --sft-steps 500      # about 16 minutes on 2 cores
     python bench/probe_local_view.py --view moves
+    python bench/probe_local_view.py --view safe     # only the actions that avoid a hole
 
 Each stage's last JSON line is printed as it ends; the last line joins them.
 """
@@ -95,8 +96,24 @@ def cell_coordinates_moves(text: str, first: bool = True) -> str:
     return "\n".join(lines)
 
 
+def cell_coordinates_safe(text: str, first: bool = True) -> str:
+    """``cell_coordinates_moves`` reduced to the actions that land on ice or the goal, after
+    the word ``safe`` (``P@5,3 G@5,6 safe Up Left``): avoiding a hole becomes copying one
+    of the listed words."""
+    moves = cell_coordinates_moves(text, first)
+    lines = moves.split("\n")
+    for index, line in enumerate(lines):
+        words = line.split(" ")
+        if len(words) == 10 and words[2] == "Up" and "@" in words[0]:
+            safe = [words[i] for i in range(2, 10, 2) if words[i + 1] in ("_", "G")]
+            lines[index] = " ".join([*words[:2], "safe", *safe])
+            break
+    return "\n".join(lines)
+
+
 PROBE_VIEWS = {"local": ("cell_coordinates_local", cell_coordinates_local),
-               "moves": ("cell_coordinates_moves", cell_coordinates_moves)}
+               "moves": ("cell_coordinates_moves", cell_coordinates_moves),
+               "safe": ("cell_coordinates_safe", cell_coordinates_safe)}
 
 
 def _last_json(stage: str, path: str, argv: list[str]) -> dict[str, Any]:
