@@ -57,6 +57,22 @@ seeds drawn from seed 0; SFT's expert episodes come from that pool too, and
 """)
 
 # ---------------------------------------------------------------- base
+
+
+def shield_bullet():
+    """The shield probe's bullet (what one local rule is worth), when its figure is current."""
+    if "probe_shield" not in R or stale("probe_shield"):
+        return ""
+    sh = res("probe_shield")
+    return f"""- What one local rule is worth: with a one-step *shield* on the environment's side (a
+  diagnostic, `python bench/probe_shield.py`: a move into a hole is swapped for the safe move
+  nearest the goal, {sh['moves_replaced']} moves swapped) the same base scores {f3(sh['shielded_success'])} {ci(sh['shielded_ci'])} on the
+  same {sh['tasks']} tasks instead of {f3(sh['success'])}: "never step into a hole next to you" is worth {100 * sh['gain']:+.1f} points, so the
+  issue's +20 lies within one skill of this base. Neither naming each move's landing cell in
+  the observation nor RL taught it that skill so far (`docs/sft_recipe/README.md`).
+
+{quote('probe_shield', ['success', 'ci', 'shielded_success', 'shielded_ci', 'gain', 'moves_replaced', 'tasks'])}
+"""
 sb, bp, bq = res("sft_base"), res("base_policy"), res("base_policy_quick")
 w("### The shipped base policy `frozenlake-tiny` (rLLM convention)\n")
 w(f"""Made by `treeroll sft --config configs/sft_frozenlake.yaml`: {sb['steps']} steps, {sb['train_seconds'] / 60:.1f} min of training
@@ -79,7 +95,7 @@ fails and how much room RL has:
   {bp['direct'][0]:.3f} of the {bp['direct'][1]} others; by side 2–9: {' / '.join(f"{v[0]:.2f}" for v in bp['by_size'].values())}.
 - Room for RL: one sample at temperature {bp['sample_temperature']:g} succeeds {bp['sampled_success']:.3f} of the time, and at least one of
   {bp['k']} samples solves {bp['pass_at_k']:.3f} of the tasks: the ceiling that sharpening the sampled policy can reach.
-
+{shield_bullet()}
 `python bench/base_policy.py --quick` (128 tasks; loads and evaluates in seconds, so
 `treeroll eval --policy frozenlake-tiny` and `treeroll rollout` start sampling at once):
 

@@ -70,6 +70,7 @@ FIGURES = (
     Figure("crash_resume_quick", ("bench/crash_resume.py", "--quick"), True, 1),
     Figure("learning_quick", ("bench/learning.py", "--quick"), True, 6),
     Figure("base_policy", ("bench/base_policy.py",), False, 0.5),
+    Figure("probe_shield", ("bench/probe_shield.py",), False, 1.5),
     Figure("sft_base", ("bench/sft_base.py",), False, 5),
     Figure("default_training", ("bench/learning.py", "--keep", "docs/default_training"), False,
            16),
