@@ -68,8 +68,10 @@ def shield_bullet():
   diagnostic, `python bench/probe_shield.py`: a move into a hole is swapped for the safe move
   nearest the goal, {sh['moves_replaced']} moves swapped) the same base scores {f3(sh['shielded_success'])} {ci(sh['shielded_ci'])} on the
   same {sh['tasks']} tasks instead of {f3(sh['success'])}: "never step into a hole next to you" is worth {100 * sh['gain']:+.1f} points, so the
-  issue's +20 lies within one skill of this base. Neither naming each move's landing cell in
-  the observation nor RL taught it that skill so far (`docs/sft_recipe/README.md`).
+  issue's +20 lies within one skill of this base. SFT did not learn that skill even when the
+  observation named each move's landing cell or listed only the safe moves (probes, not
+  shipped: `docs/sft_recipe/README.md`); RL from the safe-list base gained about twice as much
+  in the quick run as from the shipped one, still short of +10.
 
 {quote('probe_shield', ['success', 'ci', 'shielded_success', 'shielded_ci', 'gain', 'moves_replaced', 'tasks'])}
 """
