@@ -22,6 +22,17 @@ into a hole next to the player would lift the shipped base from 0.555 to 0.820).
     python bench/probe_local_view.py --sft-steps 500      # about 16 minutes on 2 cores
     python bench/probe_local_view.py --view moves
     python bench/probe_local_view.py --view safe     # only the actions that avoid a hole
+    python bench/probe_local_view.py --view safe --full             # the 240-step training
+    python bench/probe_local_view.py --view safe --explain-safe --sft-steps 250 \
+        --max-turn-tokens 16     # the expert's explanation line copies the safe list too
+
+``--explain-safe`` (with ``--view safe``) patches, in this process only, FrozenLake's expert
+so that its explanation line also lists the safe actions as the header shows them
+(``P@5,3 G@5,6 safe Up Left`` then the action): the policy then learns to write the list
+before it acts. The reply is up to 12 tokens long, so ``--max-turn-tokens`` should leave room
+(16) in SFT's evaluations and in RL. ``--full`` trains with the full default RL run
+(``bench/learning.py`` without ``--quick``: 240 steps, 256 held-out tasks) instead of the
+quick one.
 
 Each stage's last JSON line is printed as it ends; the last line joins them.
 """
@@ -111,6 +122,26 @@ def cell_coordinates_safe(text: str, first: bool = True) -> str:
     return "\n".join(lines)
 
 
+def explain_the_safe_list() -> None:
+    """Make FrozenLake's expert (in this process) append ``safe`` and the actions that land
+    on ice or the goal to its explanation line, as :func:`cell_coordinates_safe` writes them
+    on the header (``P@5,3 G@5,6 safe Up Left``)."""
+    from treeroll.envs.frozenlake import FrozenLakeEnv
+
+    planner = FrozenLakeEnv.expert_reply
+
+    def expert_reply(self: Any, rng: Any, skill: float = 1.0, *, explain: bool = False) -> Any:
+        reply = planner(self, rng, skill, explain=explain)
+        if not explain or self.config.convention != "rllm":
+            return reply
+        header = cell_coordinates_safe(f"x\n{self.render()}\ny", True).split("\n")[1]
+        line, _, action = reply.text.partition("\n")
+        return type(reply)(f"{line} safe{header.partition(' safe')[2]}\n{action}",
+                           reply.is_expert)
+
+    FrozenLakeEnv.expert_reply = expert_reply  # type: ignore[method-assign]
+
+
 PROBE_VIEWS = {"local": ("cell_coordinates_local", cell_coordinates_local),
                "moves": ("cell_coordinates_moves", cell_coordinates_moves),
                "safe": ("cell_coordinates_safe", cell_coordinates_safe)}
@@ -145,31 +176,48 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=256)
     parser.add_argument("--skip-rl", action="store_true")
     parser.add_argument("--view", choices=sorted(PROBE_VIEWS), default="local")
+    parser.add_argument("--explain-safe", action="store_true",
+                        help="the expert's explanation line also lists the safe actions")
+    parser.add_argument("--max-turn-tokens", type=int, default=None,
+                        help="rollout.max_turn_tokens for SFT's evaluations and RL "
+                        "(default: the configs' 12)")
+    parser.add_argument("--full", action="store_true",
+                        help="the full default RL run instead of the quick one")
     parser.add_argument("--rl-config", default=str(ROOT / "configs" / "frozenlake_rllm.yaml"),
                         help="the RL config the base is trained with (its policy.init is "
                         "replaced by the probe's base)")
     args = parser.parse_args()
     view, function = PROBE_VIEWS[args.view]
     VIEWS.register(view, function)
+    if args.explain_safe:
+        if args.view != "safe":
+            parser.error("--explain-safe copies the safe view's list: use it with --view safe")
+        explain_the_safe_list()
+    cap = ([] if args.max_turn_tokens is None
+           else ["--rollout.max-turn-tokens", str(args.max_turn_tokens)])
     work = Path(tempfile.mkdtemp(prefix="treeroll-probe-local-"))
     export = work / "policy"
     sft = _last_json("sft", "treeroll.cli", [
         "sft", "--config", str(ROOT / "configs" / "sft_frozenlake.yaml"), "--name", "sft_local",
         "--runs-dir", str(work / "runs"), "--policy.view", view,
-        "--optim.steps", str(args.sft_steps), "--export", str(export)])
+        "--optim.steps", str(args.sft_steps), "--export", str(export), *cap])
     base = _last_json("base", str(ROOT / "bench" / "base_policy.py"),
                       ["--policy", str(export), "--tasks", str(args.tasks)])
     rl: dict[str, Any] = {}
     if not args.skip_rl:
         config = yaml.safe_load(Path(args.rl_config).read_text())
         config["policy"]["init"] = str(export)
+        if args.max_turn_tokens is not None:
+            config["rollout"]["max_turn_tokens"] = args.max_turn_tokens
         (work / "rl.yaml").write_text(yaml.safe_dump(config))
         rl = _last_json("rl", str(ROOT / "bench" / "learning.py"),
-                        ["--quick", "--config", str(work / "rl.yaml"),
+                        [*([] if args.full else ["--quick"]), "--config", str(work / "rl.yaml"),
                          "--runs-dir", str(work / "runs")])
     keys = ("success", "ci_low", "ci_high", "format_ok", "by_size", "needs_detour", "direct",
             "failed_in_hole", "sampled_success", "pass_at_k")
     print(json.dumps({"view": view, "rl_config": args.rl_config, "sft_steps": args.sft_steps,
+                      "explain_safe": args.explain_safe, "full": args.full,
+                      "max_turn_tokens": args.max_turn_tokens,
                       "sft": {k: sft.get(k) for k in sft if not isinstance(sft[k], dict)},
                       "base": {k: base.get(k) for k in keys},
                       "rl": {k: rl.get(k) for k in ("start_success", "final_success", "gain",

@@ -70,8 +70,8 @@ def shield_bullet():
   same {sh['tasks']} tasks instead of {f3(sh['success'])}: "never step into a hole next to you" is worth {100 * sh['gain']:+.1f} points, so the
   issue's +20 lies within one skill of this base. SFT did not learn that skill even when the
   observation named each move's landing cell or listed only the safe moves (probes, not
-  shipped: `docs/sft_recipe/README.md`); RL from the safe-list base gained about twice as much
-  in the quick run as from the shipped one, still short of +10.
+  shipped: `docs/sft_recipe/README.md`); RL from the safe-list base gained +7.8 in the quick
+  run but +5.1 in the full 240-step training (this base: +5.9), the same plateau near 0.61.
 
 {quote('probe_shield', ['success', 'ci', 'shielded_success', 'shielded_ci', 'gain', 'moves_replaced', 'tasks'])}
 """
@@ -188,10 +188,19 @@ if not met:
   +2.3) did no better than the default (+3.9), and 8 tasks a step instead of 16 (the same
   90 updates on half the samples) gained +1.6: the gain follows the samples; one seed each,
   128 tasks (`docs/sft_recipe/README.md`, probes of 2026-12-02, with their commands).
-- Next to try: an explanation line that also names the neighbouring cells (the failures
-  are steps into holes), a larger base with its own learning rate (at the recipe's, a
-  6-layer 192-wide model reached 0.453 by step 500, below the shipped 0.555), more samples
-  per second (issue #11).
+- Not the step size either (probes of 2026-12-04, `docs/sft_recipe/README.md`): larger
+  steps drift into replies with several action blocks (the environment reads the last, so
+  the reward does not stop it; positive-only advantages do not either); held by a KL term
+  (0.05, lr 3e-4: +2.3 in the quick run) or nucleus sampling (`top_p 0.9`, lr 3e-4: +1.6)
+  they learn no faster. Nor exploration: where the base's greedy action walks into a hole
+  it puts a third of the action's probability on safe moves, and RL leaves that share where
+  it was. The policy does not consult the holes, even listed on its header line.
+- Next to try: the explanation line that copies the safe list (`bench/probe_local_view.py
+  --view safe --explain-safe`): SFT then learns the list (0.80 on 256 held-out tasks at step
+  300, against 0.559 at step 500 without it), so a base inside the band has to be cut early
+  (0.55 at step 200, 0.52 at 250), and such a base samples noisy replies; whether RL
+  finishes what SFT started is the open question. Also a larger base with its own learning
+  rate, more samples per second (issue #11).
 """)
 w(f"""`python bench/learning.py --quick` (the same training cut to {lq['steps']} steps and 128 held-out tasks):
 
