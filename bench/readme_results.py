@@ -201,8 +201,9 @@ if not met:
   at step 300); cut at 250 steps to sit in the band (0.520 [0.458, 0.580] on 256 tasks; it
   misreads its own cell in a third of its turns and runs out of turns more than it falls in
   holes), the 90-step quick RL run (17 min here: its replies and episodes are longer) ends
-  at 0.773 [0.718, 0.821] and 0.719 [0.661, 0.770] on the 256 tasks in two runs of the same
-  command, +25.4 and +19.9 points, both apart from the base's interval.
+  at 0.773 [0.718, 0.821] and 0.719 [0.661, 0.770] on the 256 tasks in two runs from the
+  same base (they differ from step 2 at float rounding: the first ran the view from the
+  package), +25.4 and +19.9 points, both apart from the base's interval.
   `python bench/probe_local_view.py --view safe --explain-safe --sft-steps 250
   --max-turn-tokens 16` reproduces the second (`docs/sft_recipe/README.md`, JSON
   `probe_explain_safe.json`, commit 4338bb0). Shipping it remakes `frozenlake-tiny` and so
