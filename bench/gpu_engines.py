@@ -72,7 +72,7 @@ def main() -> None:
     gpu_model = policy.model.to("cuda")
     turns = policy.turn_format()
     seeds = np.random.default_rng(0).choice(1_000_000, size=400, replace=False)
-    settings = RolloutConfig(max_turn_tokens=12)
+    settings = RolloutConfig(max_turn_tokens=16)
     llm = make_llm(folder, skip_tokenizer_init=True, dtype="float32",
                    gpu_memory_utilization=args.gpu_memory_utilization, enforce_eager=True)
     vllm = VLLMBackend(llm)

@@ -12,7 +12,8 @@ between); without it, this is exactly the README's first command.
 Last line: one JSON object with ``start_success``, ``final_success``, their intervals,
 ``gain``, ``separated`` (the intervals do not overlap), ``steps``, ``tasks``, ``format_ok``,
 ``evals`` (``[step, success, tasks]`` of every held-out evaluation), ``train_seconds`` (the
-whole run, evaluations included) and the run folder. ``--keep DIR`` copies the run's
+whole run, evaluations included), ``step_seconds`` (the RL steps alone: rollouts and
+updates, the issue's "minutes of training") and the run folder. ``--keep DIR`` copies the run's
 metrics, summary and plot there (the README's default training: ``docs/default_training``).
 """
 
@@ -30,7 +31,7 @@ from treeroll.config import load_config
 from treeroll.training.trainer import train
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "frozenlake_rllm.yaml"
-QUICK_STEPS = 90
+QUICK_STEPS = 24
 """RL steps of ``--quick`` (under 6 minutes with its two 128-task evaluations)."""
 
 
@@ -55,9 +56,11 @@ def main() -> None:
     seconds = time.perf_counter() - tick
     start, final = summary["start_eval"], summary["final_eval"]
     run = Path(runs_dir) / config.name
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     evals = [[r["step"], r["eval"]["success_rate"], r["eval"]["tasks"]]
-             for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
-             if "eval" in r]
+             for r in rows if "eval" in r]
+    step_seconds = sum(r.get("rollout_seconds", 0.0) + r.get("update_seconds", 0.0)
+                       for r in rows)
     if args.keep:
         keep = Path(args.keep)
         keep.mkdir(parents=True, exist_ok=True)
@@ -75,7 +78,7 @@ def main() -> None:
         "steps": summary["steps"], "tasks": final["tasks"],
         "format_ok": final["format_ok"], "evals": evals,
         "generated_tokens": summary["generated_tokens"], "train_seconds": round(seconds, 1),
-        "run": str(run)}))
+        "step_seconds": round(step_seconds, 1), "run": str(run)}))
 
 
 if __name__ == "__main__":

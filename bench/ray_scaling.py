@@ -52,7 +52,7 @@ def main() -> None:
     policy = load_policy("frozenlake-tiny")
     policy.model.eval()
     strategy, config = TreeGRPO(m=4, n=2, l=1), RolloutConfig(synchronous=False,
-                                                              max_turn_tokens=12)
+                                                              max_turn_tokens=16)
     seeds = np.random.default_rng(0).choice(1_000_000, size=tasks_per_batch * (repeats + 1),
                                             replace=False)
     batches = [seeds[i * tasks_per_batch:(i + 1) * tasks_per_batch] for i in range(repeats + 1)]

@@ -73,7 +73,7 @@ FIGURES = (
     Figure("probe_shield", ("bench/probe_shield.py",), False, 1.5),
     Figure("sft_base", ("bench/sft_base.py",), False, 5),
     Figure("default_training", ("bench/learning.py", "--keep", "docs/default_training"), False,
-           16),
+           18),
     Figure("compare_strategies", ("bench/compare_strategies.py", "--fresh", "--copy-to",
                                   "docs/compare_frozenlake"), False, 65),
     Figure("compare_family", ("bench/compare_strategies.py", "--config",

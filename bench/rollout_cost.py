@@ -122,7 +122,7 @@ def main() -> None:
     policy.model.eval()
     lake = lambda: make_frozenlake("rllm")
     seeds = np.random.default_rng(0).choice(1_000_000, size=400, replace=False)
-    settings = RolloutConfig(max_turn_tokens=12, synchronous=args.synchronous)
+    settings = RolloutConfig(max_turn_tokens=16, synchronous=args.synchronous)
     pad = policy.tokenizer.pad_token_id or 0
     walls, totals, refed = compare(lambda: HFBackend(policy.model, pad_token_id=pad),
                                    policy.turn_format(), lake, seeds, settings, repeats,

@@ -50,7 +50,7 @@ def main() -> None:
     pad = policy.tokenizer.pad_token_id or 0
     turn_format = policy.turn_format()
     make_env = lambda: make_frozenlake("rllm")
-    settings = RolloutConfig(max_turn_tokens=12, synchronous=False)
+    settings = RolloutConfig(max_turn_tokens=16, synchronous=False)
     pool = np.random.default_rng(1).choice(1_000_000, size=sum(SIZES) * repeats, replace=False)
     tree = TreeGRPO(m=4, n=2, l=1)
     result: dict[str, object] = {}

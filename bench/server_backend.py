@@ -82,7 +82,7 @@ def main() -> None:
     policy.model.eval()
     turns = policy.turn_format()
     seeds = np.random.default_rng(0).choice(1_000_000, size=400, replace=False)
-    settings = RolloutConfig(max_turn_tokens=12)
+    settings = RolloutConfig(max_turn_tokens=16)
     server = ManagedLlamaCpp(policy.model, policy.tokenizer, slots=args.slots,
                              ctx_per_slot=1024, threads=args.threads,
                              cache_ram_mib=args.cache_ram)

@@ -438,3 +438,22 @@ def test_expert_reply_skill_zero_is_random_and_bad_skill_is_rejected() -> None:
     ragen = make_frozenlake("ragen")
     ragen.reset(0)
     assert re.fullmatch(r"<think>.*</think><answer>.+</answer>", ragen.expert_reply(rng, 0.5).text)
+
+
+def test_expert_explanation_with_safe_moves_is_the_safe_views_header_line() -> None:
+    from treeroll.views import cell_coordinates_safe
+
+    env = make_frozenlake("rllm")
+    rng = np.random.default_rng(0)
+    listed = set()
+    for seed in range(40):
+        observation = env.reset(seed)
+        while not env.done:
+            reply = env.expert_reply(rng, 0.7, explain=True, safe_moves=True).text
+            line = reply.split("\n")[0]
+            assert line == cell_coordinates_safe(observation, False).split("\n")[1]
+            assert env.expert_reply(rng, 1.0, explain=True).text.split("\n")[0] == \
+                " ".join(line.split(" ")[:2])  # without safe_moves: the two cells only
+            listed.add(len(line.split(" safe")[1].split()))
+            observation = env.step(reply)[0]
+    assert {1, 2, 3} <= listed  # lists of several lengths were checked

@@ -25,7 +25,7 @@ def test_shipped_base_loads_by_name_and_by_path_with_its_view() -> None:
     by_name = load_policy("frozenlake-tiny")
     folder = resolve_policy("frozenlake-tiny")
     by_path = load_policy(str(folder))
-    assert by_name.view == by_path.view == "cell_coordinates_compact"
+    assert by_name.view == by_path.view == "cell_coordinates_safe"
     assert by_name.parameters == by_path.parameters < 5_000_000
     a, b = by_name.model.state_dict(), by_path.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)

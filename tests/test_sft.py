@@ -277,6 +277,9 @@ def test_bad_sft_settings_fail_before_the_run_folder_exists(tmp_path: Path) -> N
         run_sft(_tiny_config(tmp_path, name="bad", data=SFTDataConfig(source="jsonl")))
     with pytest.raises(ValueError, match=r"--data\.source jsonl"):
         run_sft(_tiny_config(tmp_path, name="bad", data=SFTDataConfig(path="x.jsonl")))
+    with pytest.raises(ValueError, match=r"--data\.explain-safe-moves is on but data\.explain"):
+        run_sft(_tiny_config(tmp_path, name="bad",
+                             data=SFTDataConfig(explain_safe_moves=True)))
     with pytest.raises(ValueError, match=r"--optim\.schedule is 'linear'"):
         run_sft(_tiny_config(tmp_path, name="bad",
                              optim=SFTOptimConfig(schedule="linear")))

@@ -8,7 +8,13 @@ from treeroll.backends.local import ModelConfig
 from treeroll.envs import make_frozenlake
 from treeroll.formatting import TurnFormat
 from treeroll.policies import build_policy
-from treeroll.views import VIEWS, cell_coordinates, cell_coordinates_compact, plain
+from treeroll.views import (
+    VIEWS,
+    cell_coordinates,
+    cell_coordinates_compact,
+    cell_coordinates_safe,
+    plain,
+)
 
 RLLM = ("Current observation (turn 0):\n_  P  O\nO  _  G\n_  _  _\n"
         "You have 6 turns to reach the goal.")
@@ -31,6 +37,20 @@ def test_compact_view_heads_the_first_grid_and_replaces_later_ones() -> None:
     later = cell_coordinates_compact(RLLM.replace("turn 0", "turn 1"), False)
     assert later == ("Current observation (turn 1):\nP@0,1 G@1,2\n"
                      "You have 6 turns to reach the goal.")
+
+
+def test_safe_view_lists_the_moves_that_land_on_ice_or_the_goal_in_every_observation() -> None:
+    # P@0,1: Up is off the map, Down lands on ice, Left on ice, Right on a hole
+    first = cell_coordinates_safe(RLLM, True)
+    assert first.splitlines()[1] == "P@0,1 G@1,2 safe Down Left"
+    assert first.splitlines()[2:] == cell_coordinates_compact(RLLM, True).splitlines()[2:]
+    # later turns: the list is recomputed from that observation's grid
+    moved = RLLM.replace("turn 0", "turn 1").replace("_  P  O\nO  _  G", "_  _  O\nO  P  G")
+    assert cell_coordinates_safe(moved, False) == (
+        "Current observation (turn 1):\nP@1,1 G@1,2 safe Up Down Right\n"
+        "You have 6 turns to reach the goal.")
+    # no grid: the text is unchanged
+    assert cell_coordinates_safe("You reached the goal.", False) == "You reached the goal."
 
 
 def test_turn_format_applies_the_view_to_every_observation() -> None:

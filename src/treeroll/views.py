@@ -22,8 +22,16 @@ brings its view along.
   episode, only the player moves, so the history still holds everything the full grids
   would show (a choice about how much of the history the policy reads: about a tenth of the
   tokens per turn, and where the player and the goal are stands right before the reply; the
-  holes must still be read from the first grid). The shipped ``frozenlake-tiny`` reads this
-  view.
+  holes must still be read from the first grid).
+* ``cell_coordinates_safe`` -- ``cell_coordinates_compact`` whose header line also lists, after
+  the word ``safe``, the actions that land on ice or the goal from the player's cell
+  (``P@5,3 G@5,6 safe Up Left``; a move into a hole or off the map is left out), in every
+  observation. It is a function of the observation alone (the grid the environment shows),
+  computed afresh each turn, and it names what the compact view leaves to a lookup into the
+  first grid: a policy that acts from the list never steps into a hole next to it. The
+  shipped ``frozenlake-tiny`` reads this view (``docs/sft_recipe/README.md``: with it, RL
+  learns to use the list; without it, the base's failures are steps into holes it was shown
+  only in the first grid).
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from collections.abc import Callable
 from treeroll.registry import Registry
 
 __all__ = ["CELL_WORD_PATTERN", "VIEWS", "ObservationView", "cell_coordinates",
-           "cell_coordinates_compact", "plain"]
+           "cell_coordinates_compact", "cell_coordinates_safe", "plain"]
 
 ObservationView = Callable[[str, bool], str]
 """Maps an observation text (and whether it is the task's first) to the text the policy
@@ -81,6 +89,11 @@ def cell_coordinates_compact(text: str, first: bool = True) -> str:
     """:func:`cell_coordinates`, with each grid headed by a line naming the player's cell and
     the goal's (``P@3,3 G@5,6``); in every observation after the first, that line replaces
     the grid."""
+    return _compact(cell_coordinates(text), first)
+
+
+def _compact(cells_text: str, first: bool) -> str:
+    """:func:`cell_coordinates_compact` of a text already in cell words."""
     out: list[str] = []
     grid: list[str] = []
 
@@ -95,7 +108,7 @@ def cell_coordinates_compact(text: str, first: bool = True) -> str:
             out.extend(grid)
         grid.clear()
 
-    for line in cell_coordinates(text).split("\n"):
+    for line in cells_text.split("\n"):
         cells = line.split(" ")
         if cells and all(_CELL_WORD.fullmatch(cell) for cell in cells):
             grid.append(line)
@@ -106,6 +119,32 @@ def cell_coordinates_compact(text: str, first: bool = True) -> str:
     return "\n".join(out)
 
 
+_MOVES = (("Up", (-1, 0)), ("Down", (1, 0)), ("Left", (0, -1)), ("Right", (0, 1)))
+_SAFE = ("_", "G")  # the symbols a move may land on without ending the episode in a hole
+
+
+def cell_coordinates_safe(text: str, first: bool = True) -> str:
+    """:func:`cell_coordinates_compact` with ``safe`` and the actions that land on ice or the
+    goal (in the order Up, Down, Left, Right) appended to the header line
+    (``P@5,3 G@5,6 safe Up Left``), read from the grid of this observation."""
+    cells_text = cell_coordinates(text)  # converted once, for the symbols and the view
+    symbols: dict[tuple[int, int], str] = {}
+    for word in cells_text.replace("\n", " ").split(" "):
+        if _CELL_WORD.fullmatch(word):
+            cell_row, cell_column = word[2:].split(",")
+            symbols[(int(cell_row), int(cell_column))] = word[0]
+    lines = _compact(cells_text, first).split("\n")
+    for index, line in enumerate(lines):
+        words = line.split(" ")
+        if len(words) <= 2 and words[0][:1] in _PLAYER and _CELL_WORD.fullmatch(words[0]):
+            row, column = (int(x) for x in words[0][2:].split(","))
+            safe = [name for name, (dr, dc) in _MOVES
+                    if symbols.get((row + dr, column + dc), "") in _SAFE]
+            lines[index] = " ".join([*words, "safe", *safe])
+            break
+    return "\n".join(lines)
+
+
 _CELL_WORD = re.compile(CELL_WORD_PATTERN)
 _PLAYER = "PX\u221a"
 
@@ -113,3 +152,4 @@ VIEWS: Registry[ObservationView] = Registry("observation view")
 VIEWS.register("plain", plain)
 VIEWS.register("cell_coordinates", cell_coordinates)
 VIEWS.register("cell_coordinates_compact", cell_coordinates_compact)
+VIEWS.register("cell_coordinates_safe", cell_coordinates_safe)

@@ -395,7 +395,7 @@ class FrozenLakeEnv:
         return f"<think>Moving on.</think><answer>{' || '.join(actions)}</answer>"
 
     def expert_reply(self, rng: np.random.Generator, skill: float = 1.0, *,
-                     explain: bool = False) -> ExpertReply:
+                     explain: bool = False, safe_moves: bool = False) -> ExpertReply:
         """The noisy shortest-path planner's reply (implements :class:`treeroll.base.ExpertEnv`):
         each action follows a shortest path to the goal with probability ``skill`` (ties
         broken at random) and is uniformly random otherwise.
@@ -407,7 +407,10 @@ class FrozenLakeEnv:
 
         ``explain`` (rLLM convention) puts one line before the action naming the player's
         cell and the goal's in the ``symbol@row,column`` words of the ``cell_coordinates``
-        view (``P@2,3 G@4,5``), the brief reasoning rLLM's prompt asks for.
+        view (``P@2,3 G@4,5``), the brief reasoning rLLM's prompt asks for. With
+        ``safe_moves`` that line goes on with ``safe`` and the actions that land on ice or the
+        goal, in the order Up, Down, Left, Right (``P@2,3 G@4,5 safe Up Left``), as the
+        ``cell_coordinates_safe`` view's header line writes them.
         """
         if not 0.0 <= skill <= 1.0:
             raise ValueError(f"expert_reply: skill must be in [0, 1], got {skill}")
@@ -424,11 +427,24 @@ class FrozenLakeEnv:
             actions.append(ACTION_NAMES[index])
             position = _neighbour(position, index, self.size)
         if self.config.convention == "rllm":
-            reasoning = (f"P@{self.position[0]},{self.position[1]} "
-                         f"G@{self.goal[0]},{self.goal[1]}\n" if explain else "")
+            reasoning = ""
+            if explain:
+                reasoning = (f"P@{self.position[0]},{self.position[1]} "
+                             f"G@{self.goal[0]},{self.goal[1]}")
+                if safe_moves:
+                    reasoning += " safe" + "".join(
+                        f" {name}" for name in ("Up", "Down", "Left", "Right")
+                        if self._lands_safely(self.position, _ACTION_INDEX[name.lower()]))
+                reasoning += "\n"
             return ExpertReply(f"{reasoning}```{actions[0]}```", optimal)
         return ExpertReply(f"<think>Moving on.</think><answer>{' || '.join(actions)}</answer>",
                            optimal)
+
+    def _lands_safely(self, position: Cell, index: int) -> bool:
+        """Whether move ``index`` from ``position`` lands on ice or the goal (not a hole, and
+        not off the map, where the player would stay put)."""
+        row, column = _neighbour(position, index, self.size)
+        return (row, column) != position and self.grid[row][column] in (FROZEN, GOAL)
 
     def planner_actions(self, position: Cell) -> list[int]:
         """Indices (into ``ACTION_NAMES``) of the moves from ``position`` that end nearest the

@@ -54,6 +54,11 @@ class SFTDataConfig:
     explain: bool = False
     """``expert``: the expert states what it reads before each action (FrozenLake: its
     cell and the goal's, ``P@2,3 G@4,5``); the policy learns to do the same."""
+    explain_safe_moves: bool = False
+    """``expert`` with ``explain`` (FrozenLake): the explanation goes on with ``safe`` and the
+    moves that do not land in a hole (``P@2,3 G@4,5 safe Up Left``), as the
+    ``cell_coordinates_safe`` view's header shows them, so the policy writes the list right
+    before it acts (``docs/sft_recipe/README.md``: the shipped base's recipe)."""
     episodes_per_step: int = checked(16, ge=1)
     """Examples per optimiser step."""
     max_tokens: int = checked(4096, ge=2)
@@ -64,6 +69,9 @@ class SFTDataConfig:
         if self.source == "jsonl" and not self.path:
             return [("--data.path", "is not set; data.source is 'jsonl': set it to the JSONL "
                      "file")]
+        if self.explain_safe_moves and not self.explain:
+            return [("--data.explain-safe-moves", "is on but data.explain is off; the safe "
+                     "moves go on the explanation line: set --data.explain true")]
         if self.source == "expert" and self.path:
             return [("--data.path", f"is set ({self.path}) but data.source is 'expert'; set "
                      "--data.source jsonl to train on the file")]

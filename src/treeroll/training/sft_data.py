@@ -59,20 +59,22 @@ class BadDataLine(ValueError):
 
 def expert_episode(env: Env, seed: int, turn_format: TurnFormat, rng: np.random.Generator,
                    *, skill: float = 1.0, mask_noise: bool = True, explain: bool = False,
-                   max_turns: int = 10_000) -> SFTExample:
+                   safe_moves: bool = False, max_turns: int = 10_000) -> SFTExample:
     """One whole episode of ``env``'s expert on task ``seed``, as the policy would see it.
 
     With ``mask_noise`` the replies the expert's noise chose (``is_expert=False``) stay in the
     context but out of the loss, so a noisy expert shows the policy off-path states and
     teaches only the expert's own moves there. ``explain`` asks the expert to state what
-    it reads before each action (:meth:`treeroll.base.ExpertEnv.expert_reply`)."""
+    it reads before each action (:meth:`treeroll.base.ExpertEnv.expert_reply`);
+    ``safe_moves`` asks FrozenLake's expert to list the moves that avoid a hole in it."""
     if not isinstance(env, ExpertEnv):
         raise ValueError(f"{type(env).__name__} has no expert (it does not implement "
                          "treeroll.base.ExpertEnv.expert_reply); use a JSONL data file")
     ids, _ = turn_format.prompt(env.system_prompt, env.reset(seed))
     mask = [0] * len(ids)
     for _ in range(max_turns):
-        reply = env.expert_reply(rng, skill, explain=explain)
+        reply = (env.expert_reply(rng, skill, explain=explain, safe_moves=True)  # type: ignore[call-arg]
+                 if safe_moves else env.expert_reply(rng, skill, explain=explain))
         reply_ids = turn_format.reply(reply.text)
         ids += reply_ids
         mask += [int(reply.is_expert or not mask_noise)] * len(reply_ids)

@@ -7,6 +7,7 @@ the run folder's layout.
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import time
@@ -75,11 +76,17 @@ def make_batches(data: SFTDataConfig, make_env: Callable[[], Env], turn_format: 
     if not isinstance(probe, ExpertEnv):
         raise ValueError(f"the environment {type(probe).__name__} has no expert (it does not "
                          "implement treeroll.base.ExpertEnv); " + no_expert_hint)
+    if data.explain_safe_moves and "safe_moves" not in inspect.signature(
+            probe.expert_reply).parameters:
+        raise ValueError(f"--data.explain-safe-moves is on, but the expert of "
+                         f"{type(probe).__name__} cannot list safe moves (FrozenLake's can); "
+                         "turn it off")
 
     def from_expert(rng: np.random.Generator) -> list[SFTExample]:
         seeds = rng.choice(train_seeds, size=data.episodes_per_step)  # training pool only
         return [_cut(expert_episode(make_env(), int(seed), turn_format, rng, skill=data.skill,
-                                    mask_noise=data.mask_noise, explain=data.explain),
+                                    mask_noise=data.mask_noise, explain=data.explain,
+                                    safe_moves=data.explain_safe_moves),
                      data.max_tokens)
                 for seed in seeds]
     return from_expert
