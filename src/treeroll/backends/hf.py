@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from treeroll.backends.kv_trie import KV, KVTrie
-from treeroll.backends.weights import take_weights
+from treeroll.backends.weights import model_device, take_weights
 from treeroll.base import Completion, GenerationRequest, SamplingParams
 
 __all__ = ["HFBackend", "KVTrie"]  # KVTrie lives in treeroll.backends.kv_trie
@@ -280,9 +280,14 @@ class HFBackend:
 
     def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
                  cache: Any) -> torch.Tensor:
-        out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                         cache=cache, use_cache=True)
-        return out.logits.float()
+        # The batch's ids, mask and positions are built on the CPU and the logits come back
+        # there (sampling uses per-request CPU generators, so a seeded request samples the
+        # same tokens on any device given the same logits); the KV cache stays on the model's
+        # device. On the CPU both moves are no-ops.
+        device = model_device(self.model)
+        out = self.model(input_ids=input_ids.to(device), attention_mask=mask.to(device),
+                         position_ids=positions.to(device), cache=cache, use_cache=True)
+        return out.logits.float().cpu()
 
     def _sample(self, logits: torch.Tensor, rows: list[_Row],
                 params: SamplingParams) -> torch.Tensor:

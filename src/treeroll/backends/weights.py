@@ -1,11 +1,14 @@
-"""The one rule every backend that holds the policy's model follows on a weight update."""
+"""The one rule every backend that holds the policy's model follows on a weight update, and
+where a model's inputs go (its parameters' device)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["take_weights"]
+import torch
+
+__all__ = ["model_device", "take_weights"]
 
 
 def take_weights(model: Any, state_dict: Mapping[str, Any]) -> bool:
@@ -17,3 +20,9 @@ def take_weights(model: Any, state_dict: Mapping[str, Any]) -> bool:
         return False
     model.load_state_dict(state_dict)
     return True
+
+
+def model_device(model: Any) -> torch.device:
+    """The device of ``model``'s parameters: where inputs built on the CPU are moved (the
+    HF backend's batches, the training losses' ids and per-token data)."""
+    return next(model.parameters()).device

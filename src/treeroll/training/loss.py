@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from treeroll.backends.weights import model_device
 from treeroll.checks import checked
 from treeroll.tree import Trajectory
 
@@ -147,6 +148,7 @@ def sequence_logprobs(model: Any, sequences: list[list[int]], temperature: float
     ids = torch.zeros(len(sequences), longest, dtype=torch.long)
     for b, seq in enumerate(sequences):
         ids[b, : len(seq)] = torch.tensor(seq)
+    ids = ids.to(model_device(model))
     # Right padding needs no attention mask: under the causal mask a real token never sees the
     # padding after it, and the loss ignores the padding's own outputs. Without a mask, SDPA
     # takes its fused causal kernel instead of materialising [batch, heads, len, len].
@@ -201,6 +203,7 @@ def _chunk_backward(model: Any, items: list[TrainItem], weights: list[float],
         old[b, offset: offset + n] = torch.tensor(it.trajectory.response_logprobs)
         advantage[b, offset: offset + n] = torch.from_numpy(it.token_advantages())
         weight[b, offset: offset + n] = weights[b]
+    mask, old, advantage, weight = (t.to(logp.device) for t in (mask, old, advantage, weight))
     ref_logp = None
     if ref_model is not None and config.kl_coef:
         with torch.no_grad():

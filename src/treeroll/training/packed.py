@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from treeroll.backends.weights import model_device
 from treeroll.training import attention
 from treeroll.training.attention import tree_attention
 from treeroll.training.loss import LossConfig, TrainItem, token_weights
@@ -291,6 +292,9 @@ class _Run:
         self.forwarded += size * longest
         self.calls += 1
         rows, cols, targets, data = _predictions(segments)
+        device = model_device(self.model)  # built on the CPU, used where the model is
+        rows, cols, targets = rows.to(device), cols.to(device), targets.to(device)
+        data = {name: value.to(device) for name, value in data.items()}
         ref_logp, ref_layers = None, None
         if self.ref_model is not None:
             with torch.no_grad():
@@ -390,7 +394,8 @@ def _path_index(parent_rows: np.ndarray, lengths: np.ndarray, path_lengths: np.n
 def _gather(layers: KV, rows: np.ndarray, index: torch.Tensor) -> KV:
     """Per layer, keys and values ``kv[rows[c], :, index[c]]`` as ``[children, heads, path,
     head_dim]``: each child row's path, right-padded."""
-    select = torch.from_numpy(rows)[:, None]
+    device = layers[0][0].device
+    select, index = torch.from_numpy(rows)[:, None].to(device), index.to(device)
     # advanced indexing puts [children, path] first: [children, path, heads, head_dim]
     return [(k[select, :, index].transpose(1, 2).contiguous(),
              v[select, :, index].transpose(1, 2).contiguous()) for k, v in layers]
@@ -406,6 +411,9 @@ def _forward(model: Any, ids: torch.Tensor, positions: torch.Tensor, past: KV | 
     # the padding after it, and nothing reads the padding's outputs or its KV; a row's padded
     # prefix keys are masked by its prefix length (``extra``).
     cache = DynamicCache(ddp_cache_data=past) if past else DynamicCache()
+    device = model_device(model)
+    ids, positions = ids.to(device), positions.to(device)
+    extra = {name: value.to(device) for name, value in extra.items()}
     calls = attention.CALLS[0]
     out = model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True, **extra)
     if past and attention.CALLS[0] == calls:
