@@ -108,7 +108,8 @@ def rollout_lockstep(
                 observation, action_ended_turn=ended_turn)
             info = dict(info)
             info["cost"] = {"prefill": completion.prefill_tokens,
-                            "cached": completion.cached_tokens}
+                            "cached": completion.cached_tokens,
+                            "shared": completion.shared_tokens}
             child = tree.add_child(
                 node, action_ids=list(completion.token_ids),
                 action_logprobs=list(completion.logprobs), action_text=action_text,

@@ -89,6 +89,47 @@ def test_seeded_sampling_through_fork_equals_no_cache_path(tiny_model, word_toke
     assert alone.token_ids == through_fork[1].token_ids
 
 
+def test_identical_requests_are_decoded_in_one_row_and_counted_as_shared(tiny_model) -> None:
+    """Greedy requests with one prompt sample the same reply: the backend forwards it once
+    (as many forward tokens as one request alone) and reports the later copies' tokens as
+    shared, each whole reply; their tokens and logprobs are the lone request's."""
+    prompt = (5, 6, 7, 8)
+    params = SamplingParams(temperature=0.0, max_new_tokens=6, stop_token_ids=())
+    alone_backend = HFBackend(tiny_model)
+    alone = alone_backend.generate([GenerationRequest(prompt)], params)[0]
+    backend = HFBackend(tiny_model)
+    copies = backend.generate([GenerationRequest(prompt) for _ in range(3)], params)
+    assert backend.stats["forward_tokens"] == alone_backend.stats["forward_tokens"]
+    assert [c.token_ids for c in copies] == [alone.token_ids] * 3
+    assert [c.logprobs for c in copies] == [alone.logprobs] * 3
+    assert [c.shared_tokens for c in copies] == [0, len(alone.token_ids), len(alone.token_ids)]
+
+
+def test_requests_whose_samples_part_get_their_own_rows_and_tokens(tiny_model,
+                                                                  word_tokenizer) -> None:
+    """Sampled requests that share a prompt and part at different positions: each one's
+    tokens equal that request's tokens sampled alone; the shared count is the length of the
+    prefix an earlier request had sampled already, and the forward work falls by that much."""
+    prompt = _random_prompts(len(word_tokenizer), [9], seed=3)[0]
+    # at this temperature the random tiny model's eight samples share 0 to 8 first tokens
+    params = SamplingParams(temperature=0.05, max_new_tokens=8, stop_token_ids=())
+    requests = [GenerationRequest(prompt, seed=s) for s in range(8)]
+    backend = HFBackend(tiny_model)
+    together = backend.generate(requests, params)
+    alone = [HFBackend(tiny_model).generate([r], params)[0] for r in requests]
+    assert [c.token_ids for c in together] == [c.token_ids for c in alone]
+    for i, c in enumerate(together):
+        longest = max((next((j for j, (a, b) in enumerate(zip(c.token_ids, e.token_ids,
+                                                                strict=True)) if a != b),
+                            len(c.token_ids)) for e in together[:i]), default=0)
+        assert c.shared_tokens == longest, i
+    assert sum(c.shared_tokens for c in together) > 0  # the test exercises sharing ...
+    assert len({tuple(c.token_ids) for c in together}) > 2  # ... and parting
+    fed = sum(len(c.token_ids) - 1 for c in together)  # each request's tokens but its last
+    shared_fed = sum(min(c.shared_tokens, len(c.token_ids) - 1) for c in together)
+    assert backend.stats["forward_tokens"] == len(prompt) + fed - shared_fed
+
+
 def test_stop_token_and_length_caps(tiny_model) -> None:
     backend = HFBackend(tiny_model)
     prompt = (5, 6, 7)

@@ -17,6 +17,7 @@ from treeroll.rollout import RolloutConfig, rollout
 from treeroll.strategies import Chain, TreeGRPO
 from treeroll.tree import (
     NodeStatus,
+    TokenCounts,
     context_ids,
     export_trajectories,
     leaves,
@@ -75,6 +76,28 @@ def test_token_in_token_out_with_a_real_tokenizer(tiny_model, word_tokenizer) ->
     history = context_ids(leaf)
     text = word_tokenizer.decode(history, skip_special_tokens=True)
     assert word_tokenizer.encode(text, add_special_tokens=False) != history
+
+
+def test_identical_greedy_chains_are_computed_once_and_counted_so(tiny_model,
+                                                                   word_tokenizer) -> None:
+    """Four greedy chains of a task are one chain four times: the HF backend computes them
+    as one (its forward count equals one chain's), and the trees' accounting says so:
+    ``computed`` equals the lone chain's, ``forwarded`` equals what the backend fed, and
+    every later chain's turns are whole-reply duplicates."""
+    fmt = TurnFormat(word_tokenizer)
+    greedy = RolloutConfig(max_turn_tokens=6, temperature=0.0)
+    runs = {}
+    for group in (1, 4):
+        backend = HFBackend(tiny_model)
+        batch = rollout([3, 4], _env, backend, fmt, Chain(group_size=group), config=greedy,
+                        seed=0)
+        runs[group] = (backend.stats["forward_tokens"],
+                       sum((token_counts(t) for t in batch.trees), TokenCounts()))
+    (one_fed, one), (four_fed, four) = runs[1], runs[4]
+    assert four_fed == one_fed and four.forwarded == four_fed and one.forwarded == one_fed
+    assert four.computed == one.computed and four.generated == 4 * one.generated
+    assert four.shared == 3 * one.generated and four.duplicates == 3 * one.turns
+    assert four.unique == one.unique
 
 
 def test_export_and_accounting_on_a_tree(byte_format) -> None:

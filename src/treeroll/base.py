@@ -176,6 +176,10 @@ class Completion:
     """Prompt tokens this request made the backend compute (not served from a cache)."""
     cached_tokens: int = 0
     """Prompt tokens served from the backend's prefix cache."""
+    shared_tokens: int = 0
+    """Sampled tokens that an earlier request of the same call sampled too, in the same
+    context (identical sibling turns): the backend computed them once for both (the HF
+    backend decodes such requests in one batch row); always the first tokens of the reply."""
     entropy: float | None = None
     """Mean normalised entropy over the first ``entropy_window`` positions, when asked for."""
     top_logprobs: list[list[tuple[int, float]]] | None = None

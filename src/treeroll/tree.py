@@ -259,12 +259,16 @@ class TokenCounts:
     sampled as independent chains, each paying for its whole path (with the usual multi-turn KV
     reuse inside one chain, none across chains).
 
-    ``unique`` merges identical sibling turns, which no engine can avoid sampling twice (they
-    are identical only once sampled); a low-entropy policy makes many, so
-    ``computed_over_unique`` stays above 1 with a perfect cache. The engine's own redundancy is
-    ``forwarded_over_needed``: ``held`` counts the tokens the tree's nodes hold (the prompt,
-    then every turn's action and observation, each node once), ``turns`` the nodes (one request
-    each), ``ends`` the nodes without children (their last token is never fed back).
+    ``unique`` merges identical sibling turns. A backend that decodes requests with the same
+    context in one batch row until their samples part (the HF backend) computes an identical
+    sibling turn once: ``shared`` counts the sampled tokens an earlier request of the same
+    call had already sampled in the same context (``Completion.shared_tokens``), and
+    ``duplicates`` the turns whose whole reply was shared; a backend that cannot tell reports
+    none, and a low-entropy policy then keeps ``computed_over_unique`` above 1 with a perfect
+    cache. The engine's own redundancy is ``forwarded_over_needed``: ``held`` counts the tokens
+    the tree's nodes hold (the prompt, then every turn's action and observation, each node
+    once), ``turns`` the nodes (one request each), ``ends`` the nodes without children (their
+    last token is never fed back).
     """
 
     generated: int = 0
@@ -279,13 +283,16 @@ class TokenCounts:
     held: int = 0
     turns: int = 0
     ends: int = 0
+    shared: int = 0
+    duplicates: int = 0
 
     @property
     def forwarded(self) -> int:
         """Tokens the backend fed through the model: every prefilled token, and every
         generated one but each request's last (its first is sampled from the prefill's
-        logits, its last is never fed in that request)."""
-        return self.prefill + self.generated - self.turns
+        logits, its last is never fed in that request), less the shared ones (fed once, for
+        the earlier request; a wholly shared reply's last token was not fed either way)."""
+        return self.prefill + self.generated - self.turns - self.shared + self.duplicates
 
     @property
     def needed(self) -> int:
@@ -301,8 +308,8 @@ class TokenCounts:
 
     @property
     def computed(self) -> int:
-        """Tokens the backend computed: prefilled plus generated."""
-        return self.prefill + self.generated
+        """Tokens the backend computed: prefilled plus generated, less the shared ones."""
+        return self.prefill + self.generated - self.shared
 
     @property
     def computed_over_unique(self) -> float:
@@ -363,6 +370,9 @@ def token_counts(tree: RolloutTree) -> TokenCounts:
         counts.generated += len(node.action_ids)
         counts.prefill += int(cost.get("prefill", 0))
         counts.cached += int(cost.get("cached", 0))
+        shared = int(cost.get("shared", 0))
+        counts.shared += shared
+        counts.duplicates += bool(node.action_ids) and shared == len(node.action_ids)
         counts.env_steps += 1
     for leaf in group:
         path = path_to(leaf)

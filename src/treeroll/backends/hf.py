@@ -49,6 +49,7 @@ class _Row:
     top: list[list[tuple[int, float]]] = field(default_factory=list)
     prefill: int = 0
     cached: int = 0
+    shared: int = 0  # sampled tokens an earlier request of the call holds in the same context
     finish: str = ""
 
 
@@ -107,6 +108,7 @@ class HFBackend:
                 out[row.index] = Completion(
                     token_ids=row.tokens, logprobs=row.logprobs, finish_reason=row.finish,
                     prefill_tokens=row.prefill, cached_tokens=row.cached,
+                    shared_tokens=row.shared,
                     entropy=(sum(row.entropies) / len(row.entropies)) if row.entropies else None,
                     top_logprobs=row.top if params.top_logprobs else None)
         return [c for c in out if c is not None]
@@ -160,37 +162,49 @@ class HFBackend:
                 row.prefill = len(feeds[u])
 
         cache, mask, next_pos, logits = self._prefill(prompts, matched, feeds, kept)
-        select = torch.tensor(owner)
-        logits = logits[select]
-        mask = mask[select]
-        next_pos = next_pos[select]
-        cache.batch_select_indices(select)
-        live = list(range(len(rows)))  # batch row -> rows index
-
+        # One batch row per distinct history (prompt and tokens so far): requests that sampled
+        # the same tokens from the same context share a row, so identical sibling turns are
+        # forwarded once, and a row is copied only where its requests' samples part. Each
+        # request still samples with its own generator from its row's logits, so its tokens
+        # are those it would sample alone given those logits.
+        row_of = list(owner)  # request -> batch row
+        live = list(range(len(rows)))
         while True:
-            tokens = self._sample(logits, [rows[i] for i in live], params)
-            keep = []
+            tokens = self._sample(logits[torch.tensor([row_of[i] for i in live])],
+                                  [rows[i] for i in live], params)
+            following: dict[tuple[int, int], int] = {}  # (batch row, token) -> next batch row
+            continuing, stored = [], set()
             for b, i in enumerate(live):
-                row = rows[i]
+                row, key = rows[i], (row_of[i], int(tokens[b]))
+                if key in following:
+                    row.shared += 1  # an earlier request holds this very token in this context
+                else:
+                    following[key] = len(following)
                 if row.tokens[-1] in params.stop_token_ids:
                     row.finish = "stop"
                 elif len(row.tokens) >= row.max_new:
                     row.finish = "length"
                 else:
-                    keep.append(b)
+                    continuing.append((i, key))
                     continue
-                if self.use_prefix_cache:
-                    self._store(row, cache, mask, b)
-            if not keep:
+                if self.use_prefix_cache and row_of[i] not in stored:
+                    stored.add(row_of[i])
+                    self._store(row, cache, mask, row_of[i])
+            if not continuing:
                 break
-            if len(keep) < len(live):
-                sel = torch.tensor(keep)
-                cache.batch_select_indices(sel)
-                mask, next_pos, tokens = mask[sel], next_pos[sel], tokens[sel]
-                live = [live[b] for b in keep]
-            mask = torch.cat([mask, torch.ones(len(live), 1, dtype=mask.dtype)], dim=1)
-            logits = self._forward(tokens[:, None], mask, next_pos[:, None], cache)[:, -1]
-            self.stats["forward_tokens"] += len(live)
+            fed: dict[tuple[int, int], int] = {}  # the next batch: the continuing keys
+            for i, key in continuing:
+                row_of[i] = fed.setdefault(key, len(fed))
+            parents = [b for b, _ in fed]
+            if parents != list(range(mask.shape[0])):
+                select = torch.tensor(parents)
+                cache.batch_select_indices(select)
+                mask, next_pos = mask[select], next_pos[select]
+            live = [i for i, _ in continuing]
+            mask = torch.cat([mask, torch.ones(len(fed), 1, dtype=mask.dtype)], dim=1)
+            step = torch.tensor([token for _, token in fed])
+            logits = self._forward(step[:, None], mask, next_pos[:, None], cache)[:, -1]
+            self.stats["forward_tokens"] += len(fed)
             next_pos = next_pos + 1
         for row in rows:
             self.stats["generated"] += len(row.tokens)
