@@ -9,7 +9,11 @@ the trie, and requests with identical prompts in one batch share a single prefil
 All active requests of a call are decoded as one padded batch (sequential decoding gains
 nothing on a CPU): cached prefixes are left-padded to a common length, new tokens are
 left-padded too, the attention mask hides the padding, and explicit position ids keep each
-row's positions contiguous. Rows are dropped from the batch as they finish.
+row's positions contiguous. Rows are dropped from the batch as they finish. Requests whose
+histories are identical (the same prompt, then the same sampled tokens) share one row, which
+is copied only where their samples part: a sharp policy's identical sibling turns are
+forwarded once, and ``Completion.shared_tokens`` says how many of a reply's tokens an earlier
+request of the call had already sampled.
 
 The trie stores KV for every token but the last one of each sequence it saw. A prompt's last
 token is fed again unless the backend kept its logits: the last-position logits of every
