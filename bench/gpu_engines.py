@@ -27,7 +27,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from server_backend import measure, summary
+from rollout_cost import compare
+from server_backend import summary
 from treeroll.backends.hf import HFBackend
 from treeroll.backends.vllm import VLLMBackend, make_llm
 from treeroll.base import GenerationRequest, SamplingParams
@@ -81,11 +82,12 @@ def main() -> None:
         vllm.reset_cache()
         return vllm
 
-    results = {
-        "hf": summary(*measure(lambda: HFBackend(gpu_model, pad_token_id=0), turns, seeds,
-                               settings, repeats, per_batch)),
-        "vllm": summary(*measure(fresh_vllm, turns, seeds, settings, repeats, per_batch)),
-    }
+    lake = lambda: make_frozenlake("rllm")
+    results = {}
+    for name, fresh in (("hf", lambda: HFBackend(gpu_model, pad_token_id=0)),
+                        ("vllm", fresh_vllm)):
+        walls, totals, _ = compare(fresh, turns, lake, seeds, settings, repeats, per_batch)
+        results[name] = summary(walls, totals)
     error = logprob_error(vllm, gpu_model, turns)
     print(json.dumps({
         "computed_over_unique": {k: r["computed_over_unique"] for k, r in results.items()},
