@@ -39,7 +39,7 @@ def ci(lo_hi):
     return f"[{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]"
 
 
-PACKED_HOWTO = 'How it works (`treeroll/training/packed.py`, `treeroll/training/attention.py`): each group\'s\nleaves become a token trie; each unary run of the trie (a segment) is forwarded once, with\nthe cached keys and values of its root-to-parent path as prefix, and each token\'s loss weight\naggregates the leaves through it (advantages split by sign for the clipped surrogate). The\nbackward is depth first, so only one root-to-leaf chain of calls holds activations. The\npacked update equals the expanded one exactly (tests: float64 ≤ 1e-5, float32 ≤ 1e-3 on loss\nand every gradient, over chains, deep, wide and pruned trees, mixed batches, both\nnormalisations, KL, every estimator, a grouped-query-attention Qwen2).\n\nWhat made it faster than expanded at full step size:\n- **Attention without a mask.** A segment after a cached prefix needs "lower-right causal"\n  attention; transformers builds it as a dense mask, and with a mask PyTorch\'s CPU flash\n  kernel cannot skip the blocks above the diagonal (up to twice the attention work of a\n  long segment). treeroll\n  registers its own attention function with transformers for the packed update: the prefix\n  part and the causal part are computed by the fused kernel separately and merged exactly\n  through their log-sum-exps; the backward of each part runs against the merged output.\n- **Batching across parents.** Children of different segments (and different groups) share\n  one call, their prefixes gathered right-padded with a key mask, instead of one call per\n  parent.\n- **Cost-based grouping.** Segments are grouped into calls by dynamic programming over an\n  estimated cost (call overhead, padded tokens, attention to the prefix), instead of padding a\n  short segment to its long sibling.\n\nOn a GPU the same attention function falls back to PyTorch SDPA with an explicit mask (exact,\nnot the fused path); it has not been measured on one (no GPU was lent to this project).\n\n'
+PACKED_HOWTO = 'How it works (`treeroll/training/packed.py`, `treeroll/training/attention.py`): each group\'s\nleaves become a token trie; each unary run of the trie (a segment) is forwarded once, with\nthe cached keys and values of its root-to-parent path as prefix, and each token\'s loss weight\naggregates the leaves through it (advantages split by sign for the clipped surrogate). The\nbackward is depth first, so only one root-to-leaf chain of calls holds activations. The\npacked update equals the expanded one exactly (tests: float64 ≤ 1e-5, float32 ≤ 1e-3 on loss\nand every gradient, over chains, deep, wide and pruned trees, mixed batches, both\nnormalisations, KL, every estimator, a grouped-query-attention Qwen2).\n\nWhat made it faster than expanded at full step size:\n- **Attention without a mask.** A segment after a cached prefix needs "lower-right causal"\n  attention; transformers builds it as a dense mask, and with a mask PyTorch\'s CPU flash\n  kernel cannot skip the blocks above the diagonal (up to twice the attention work of a\n  long segment). treeroll\n  registers its own attention function with transformers for the packed update: the prefix\n  part and the causal part are computed by the fused kernel separately and merged exactly\n  through their log-sum-exps; the backward of each part runs against the merged output.\n- **Batching across parents.** Children of different segments (and different groups) share\n  one call, their prefixes gathered right-padded with a key mask, instead of one call per\n  parent.\n- **Cost-based grouping.** Segments are grouped into calls by dynamic programming over an\n  estimated cost (call overhead, padded tokens, attention to the prefix), instead of padding a\n  short segment to its long sibling.\n\nOn a GPU the same attention function falls back to PyTorch SDPA with an explicit mask (exact,\nnot the fused path). On an NVIDIA H200 (2026-12-04, `python bench/gpu_check.py`, with the device\nfix of branch `gpu-device`; `docs/gpu/`) the packed update equalled the expanded one within\n5.4e-7 relative on the tree shapes of tests/test_packed.py.\n\n'
 
 out = []
 w = out.append
@@ -68,7 +68,7 @@ def shield_bullet():
   diagnostic, `python bench/probe_shield.py`: a move into a hole is swapped for the safe move
   nearest the goal, {sh['moves_replaced']} moves swapped) the same base scores {f3(sh['shielded_success'])} {ci(sh['shielded_ci'])} on the
   same {sh['tasks']} tasks instead of {f3(sh['success'])}: "never step into a hole next to you" is worth {100 * sh['gain']:+.1f} points
-  to this base. (On the previous base, which read no safe list, it was worth +26.5, yet RL
+  to this base. (On the previous base, which read no safe list, it was worth +26.6, yet RL
   raised that base by only about 5 points in every setting tried: `docs/sft_recipe/README.md`.)
 
 {quote('probe_shield', ['success', 'ci', 'shielded_success', 'shielded_ci', 'gain', 'moves_replaced', 'tasks'])}
@@ -204,7 +204,7 @@ configs/compare_frozenlake.yaml` (chain, Tree-GRPO, the random tree and PATR und
 budget, 5 seeds). **Not rerun on the current code**: its last run (commit
 {R['compare_strategies']['commit'][:10]}) predates changes to {', '.join(f'`{c}`' for c in changed[:4])}{' and others' if len(changed) > 4 else ''}, so
 its figures are not quoted here; `python bench/reproduce.py --only compare_strategies` (about
-35 minutes here) remakes them.
+75 minutes here) remakes them.
 """)
 elif "compare_strategies" in R:
     cs = res("compare_strategies")
@@ -280,8 +280,8 @@ if "compare_family" in R and stale("compare_family"):
 IGRPO (issue #12; `docs/methods.md` has each one's definition) beside chain, Tree-GRPO and
 PATR under one token budget. **Not rerun on the current code**: its last run (commit
 {R['compare_family']['commit'][:10]}) predates changes to {', '.join(f'`{c}`' for c in changed[:4])}{' and others' if len(changed) > 4 else ''}, so
-its figures are not quoted here; `python bench/reproduce.py --only compare_family` (about 20
-minutes here) remakes them, and this section quotes them again once it has run.
+its figures are not quoted here; `python bench/reproduce.py --only compare_family` remakes
+them (not yet timed on the current base, whose episodes are longer), and this section quotes them again once it has run.
 """)
 elif "compare_family" in R:
     cf = res("compare_family")
