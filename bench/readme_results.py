@@ -69,11 +69,13 @@ def shield_bullet():
   nearest the goal, {sh['moves_replaced']} moves swapped) the same base scores {f3(sh['shielded_success'])} {ci(sh['shielded_ci'])} on the
   same {sh['tasks']} tasks instead of {f3(sh['success'])}: "never step into a hole next to you" is worth {100 * sh['gain']:+.1f} points
   to this base. (On the previous base, which read no safe list, it was worth +26.6, yet RL
-  raised that base by only about 5 points in every setting tried: `docs/sft_recipe/README.md`.)
+  raised that base by only about 5 points in every setting tried; probe figures of earlier
+  code: `docs/sft_recipe/README.md`.)
 
 {quote('probe_shield', ['success', 'ci', 'shielded_success', 'shielded_ci', 'gain', 'moves_replaced', 'tasks'])}
 """
 sb, bp, bq = res("sft_base"), res("base_policy"), res("base_policy_quick")
+SAFETENSORS_MB = (ROOT / "src/treeroll/policies/frozenlake-tiny/model.safetensors").stat().st_size / 1e6
 w("### The shipped base policy `frozenlake-tiny` (rLLM convention)\n")
 w(f"""Made by `treeroll sft --config configs/sft_frozenlake.yaml`: {sb['steps']} steps, {sb['train_seconds'] / 60:.1f} min of training
 and {sb['eval_seconds'] / 60:.1f} min of held-out evaluations on the 2 cores. `python bench/sft_base.py` runs that command
@@ -101,8 +103,8 @@ fails and how much room RL has:
 
 {quote('base_policy_quick', ['success', 'ci_low', 'ci_high', 'format_ok', 'params', 'tasks', 'load_seconds', 'seconds'])}
 """)
-w(f"""**Recipe.** A Llama with 4 layers, width 128, 4 heads, MLP 512 ({sb['params']:,} parameters, 4.4 MB
-of safetensors with its frozen word-level tokenizer), trained from scratch for 250 AdamW
+w(f"""**Recipe.** A Llama with 4 layers, width 128, 4 heads, MLP 512 ({sb['params']:,} parameters, {SAFETENSORS_MB:.1f} MB
+of safetensors weights, with its frozen word-level tokenizer), trained from scratch for 250 AdamW
 steps (lr 2e-3, 100 warm-up steps, then constant) on 16 episodes a step of FrozenLake's
 noisy shortest-path planner (`data.skill: 0.75`: a quarter of its moves random; those replies
 stay in the context, showing off-path states, and out of the loss). Four choices made it
@@ -130,12 +132,13 @@ learn in minutes instead of not at all, and made RL able to raise it:
    `` ```Up``` `` (the brief reasoning rLLM's prompt asks for; the environment reads only the
    last backtick block). Copying the header is learned first and puts what the action depends
    on right before it. Without copying the list, SFT never learned to consult it, and RL from
-   that base stalled near 0.61 (probes of 2026-12-04).
+   that base stalled near 0.61 (probes of 2026-12-04, earlier code).
 
 What was tried on the way to this recipe (views, the explanation line, coordinate
 initialisations, schedules, bases that RL could not raise) is recorded with its logs in
 `docs/sft_recipe/README.md`; those runs were made on earlier states of the code, so their
-figures are a record of the search and are not quoted here. In short: without the
+figures are a record of the search, not figures of this code (the few quoted in this section
+are theirs, labelled so). In short: without the
 explanation line the same model stayed at the uniform-action loss; the explanation needed the
 header line and the number-line coordinates; a base that did not copy the safe list gained
 about 5 points in RL whatever the step size, KL, temperature, credit or batch. Not tried:
@@ -424,8 +427,8 @@ statement alone is about 1,500 bytes), environment steps on 4 threads.
   latency-bound, so the tree also pays for its second sequential phase
   (`bench/rollout_scaling.py` below).
 - On SWE tasks, with long observations: {rc['swe_tree_over_chain_wall_per_leaf']:.3f} (target < 0.6: **{'met' if rc['swe_tree_over_chain_wall_per_leaf'] < 0.6 else 'not met'}**); the tree
-  computes {rc['swe_tree_computed_per_leaf']:.0f} tokens a leaf against the chains' {rc['swe_chain_computed_per_leaf']:.0f}. Two repeats on a shared machine:
-  the ratio moved between 0.49 and 0.61 across runs made while writing this bench.
+  computes {rc['swe_tree_computed_per_leaf']:.0f} tokens a leaf against the chains' {rc['swe_chain_computed_per_leaf']:.0f}. Two repeats on a shared machine, so
+  the ratio is noisy from run to run.
 """)
 sizes = [8, 32, 128]
 w(f"""#### How the cost grows with the work in flight (`bench/rollout_scaling.py --quick`)
