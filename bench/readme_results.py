@@ -39,7 +39,7 @@ def ci(lo_hi):
     return f"[{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]"
 
 
-PACKED_HOWTO = 'How it works (`treeroll/training/packed.py`, `treeroll/training/attention.py`): each group\'s\nleaves become a token trie; each unary run of the trie (a segment) is forwarded once, with\nthe cached keys and values of its root-to-parent path as prefix, and each token\'s loss weight\naggregates the leaves through it (advantages split by sign for the clipped surrogate). The\nbackward is depth first, so only one root-to-leaf chain of calls holds activations. The\npacked update equals the expanded one exactly (tests: float64 ≤ 1e-5, float32 ≤ 1e-3 on loss\nand every gradient, over chains, deep, wide and pruned trees, mixed batches, both\nnormalisations, KL, every estimator, a grouped-query-attention Qwen2).\n\nWhat made it faster than expanded at full step size:\n- **Attention without a mask.** A segment after a cached prefix needs "lower-right causal"\n  attention; transformers builds it as a dense mask, and with a mask PyTorch\'s CPU flash\n  kernel cannot skip the blocks above the diagonal (up to twice the attention work of a\n  long segment). treeroll\n  registers its own attention function with transformers for the packed update: the prefix\n  part and the causal part are computed by the fused kernel separately and merged exactly\n  through their log-sum-exps; the backward of each part runs against the merged output.\n- **Batching across parents.** Children of different segments (and different groups) share\n  one call, their prefixes gathered right-padded with a key mask, instead of one call per\n  parent.\n- **Cost-based grouping.** Segments are grouped into calls by dynamic programming over an\n  estimated cost (call overhead, padded tokens, attention to the prefix), instead of padding a\n  short segment to its long sibling.\n\nOn a GPU the same attention function falls back to PyTorch SDPA with an explicit mask (exact,\nnot the fused path); it has not been measured on one (no GPU was lent to this project).\n\n'
+PACKED_HOWTO = 'How it works (`treeroll/training/packed.py`, `treeroll/training/attention.py`): each group\'s\nleaves become a token trie; each unary run of the trie (a segment) is forwarded once, with\nthe cached keys and values of its root-to-parent path as prefix, and each token\'s loss weight\naggregates the leaves through it (advantages split by sign for the clipped surrogate). The\nbackward is depth first, so only one root-to-leaf chain of calls holds activations. The\npacked update equals the expanded one exactly (tests: float64 ≤ 1e-5, float32 ≤ 1e-3 on loss\nand every gradient, over chains, deep, wide and pruned trees, mixed batches, both\nnormalisations, KL, every estimator, a grouped-query-attention Qwen2).\n\nWhat made it faster than expanded at full step size:\n- **Attention without a mask.** A segment after a cached prefix needs "lower-right causal"\n  attention; transformers builds it as a dense mask, and with a mask PyTorch\'s CPU flash\n  kernel cannot skip the blocks above the diagonal (up to twice the attention work of a\n  long segment). treeroll\n  registers its own attention function with transformers for the packed update: the prefix\n  part and the causal part are computed by the fused kernel separately and merged exactly\n  through their log-sum-exps; the backward of each part runs against the merged output.\n- **Batching across parents.** Children of different segments (and different groups) share\n  one call, their prefixes gathered right-padded with a key mask, instead of one call per\n  parent.\n- **Cost-based grouping.** Segments are grouped into calls by dynamic programming over an\n  estimated cost (call overhead, padded tokens, attention to the prefix), instead of padding a\n  short segment to its long sibling.\n\nOn a GPU the same attention function falls back to PyTorch SDPA with an explicit mask (exact,\nnot the fused path). On an NVIDIA H200 (2026-12-04, `python bench/gpu_check.py`, with the device\nfix of branch `gpu-device`; `docs/gpu/`) the packed update equalled the expanded one within\n5.4e-7 relative on the tree shapes of tests/test_packed.py.\n\n'
 
 out = []
 w = out.append
@@ -68,12 +68,14 @@ def shield_bullet():
   diagnostic, `python bench/probe_shield.py`: a move into a hole is swapped for the safe move
   nearest the goal, {sh['moves_replaced']} moves swapped) the same base scores {f3(sh['shielded_success'])} {ci(sh['shielded_ci'])} on the
   same {sh['tasks']} tasks instead of {f3(sh['success'])}: "never step into a hole next to you" is worth {100 * sh['gain']:+.1f} points
-  to this base. (On the previous base, which read no safe list, it was worth +26.5, yet RL
-  raised that base by only about 5 points in every setting tried: `docs/sft_recipe/README.md`.)
+  to this base. (On the previous base, which read no safe list, it was worth +26.6, yet RL
+  raised that base by only about 5 points in every setting tried; probe figures of earlier
+  code: `docs/sft_recipe/README.md`.)
 
 {quote('probe_shield', ['success', 'ci', 'shielded_success', 'shielded_ci', 'gain', 'moves_replaced', 'tasks'])}
 """
 sb, bp, bq = res("sft_base"), res("base_policy"), res("base_policy_quick")
+SAFETENSORS_MB = (ROOT / "src/treeroll/policies/frozenlake-tiny/model.safetensors").stat().st_size / 1e6
 w("### The shipped base policy `frozenlake-tiny` (rLLM convention)\n")
 w(f"""Made by `treeroll sft --config configs/sft_frozenlake.yaml`: {sb['steps']} steps, {sb['train_seconds'] / 60:.1f} min of training
 and {sb['eval_seconds'] / 60:.1f} min of held-out evaluations on the 2 cores. `python bench/sft_base.py` runs that command
@@ -101,8 +103,8 @@ fails and how much room RL has:
 
 {quote('base_policy_quick', ['success', 'ci_low', 'ci_high', 'format_ok', 'params', 'tasks', 'load_seconds', 'seconds'])}
 """)
-w(f"""**Recipe.** A Llama with 4 layers, width 128, 4 heads, MLP 512 ({sb['params']:,} parameters, 4.4 MB
-of safetensors with its frozen word-level tokenizer), trained from scratch for 250 AdamW
+w(f"""**Recipe.** A Llama with 4 layers, width 128, 4 heads, MLP 512 ({sb['params']:,} parameters, {SAFETENSORS_MB:.1f} MB
+of safetensors weights, with its frozen word-level tokenizer), trained from scratch for 250 AdamW
 steps (lr 2e-3, 100 warm-up steps, then constant) on 16 episodes a step of FrozenLake's
 noisy shortest-path planner (`data.skill: 0.75`: a quarter of its moves random; those replies
 stay in the context, showing off-path states, and out of the loss). Four choices made it
@@ -130,12 +132,13 @@ learn in minutes instead of not at all, and made RL able to raise it:
    `` ```Up``` `` (the brief reasoning rLLM's prompt asks for; the environment reads only the
    last backtick block). Copying the header is learned first and puts what the action depends
    on right before it. Without copying the list, SFT never learned to consult it, and RL from
-   that base stalled near 0.61 (probes of 2026-12-04).
+   that base stalled near 0.61 (probes of 2026-12-04, earlier code).
 
 What was tried on the way to this recipe (views, the explanation line, coordinate
 initialisations, schedules, bases that RL could not raise) is recorded with its logs in
 `docs/sft_recipe/README.md`; those runs were made on earlier states of the code, so their
-figures are a record of the search and are not quoted here. In short: without the
+figures are a record of the search, not figures of this code (the few quoted in this section
+are theirs, labelled so). In short: without the
 explanation line the same model stayed at the uniform-action loss; the explanation needed the
 header line and the number-line coordinates; a base that did not copy the safe list gained
 about 5 points in RL whatever the step size, KL, temperature, credit or batch. Not tried:
@@ -204,7 +207,7 @@ configs/compare_frozenlake.yaml` (chain, Tree-GRPO, the random tree and PATR und
 budget, 5 seeds). **Not rerun on the current code**: its last run (commit
 {R['compare_strategies']['commit'][:10]}) predates changes to {', '.join(f'`{c}`' for c in changed[:4])}{' and others' if len(changed) > 4 else ''}, so
 its figures are not quoted here; `python bench/reproduce.py --only compare_strategies` (about
-35 minutes here) remakes them.
+75 minutes here) remakes them.
 """)
 elif "compare_strategies" in R:
     cs = res("compare_strategies")
@@ -235,9 +238,10 @@ example tree per strategy are in `docs/compare_frozenlake/`.
     per_seed = {n: [run["final_success"] for run in report[n]["runs"]] for n in names}
     signal = {n: report[n].get("signal_groups") for n in names}
     worst = min(per_seed["patr"]) if "patr" in per_seed else None
-    w(f"""The budget, {cs['token_budget']} generated tokens per task per step, is about what chain's 16 chains spend
-unconstrained on the base (19 tokens a leaf), so it caps spending without starving chains (the
-comparison before it used 160, which cut every chain to about one turn). Generated tokens in
+    w(f"""The budget, {cs['token_budget']} generated tokens per task per step, is about what the default training's
+Tree-GRPO spends unconstrained on this base and half of what chain's 16 chains would
+(`configs/compare_frozenlake.yaml` says how it was chosen): a cap, so the strategies that spend
+less per leaf get more leaves. Generated tokens in
 all: {', '.join(f"{n} {cs[n]['generated_tokens']:,}" for n in names)}. Task groups with a reward signal (not
 all leaves equal): {', '.join(f"{n} {signal[n]:.2f}" for n in names)}. Final success per seed
 (`docs/compare_frozenlake/report.md`, from the same run):
@@ -254,20 +258,11 @@ all leaves equal): {', '.join(f"{n} {signal[n]:.2f}" for n in names)}. Final suc
     w(f"""
 {verdict}: Tree-GRPO ends {100 * (cs['tree_grpo']['final'] - cs['chain']['final']):+.1f} points from chain with
 {cs['tree_grpo']['generated_tokens'] / cs['chain']['generated_tokens']:.2f} of its tokens, the random tree {100 * (cs['random_tree']['final'] - cs['chain']['final']):+.1f} with {cs['random_tree']['generated_tokens'] / cs['chain']['generated_tokens']:.2f}, PATR {100 * (cs['patr']['final'] - cs['chain']['final']):+.1f} with {cs['patr']['generated_tokens'] / cs['chain']['generated_tokens']:.2f}. In
-{cs['steps']} updates no strategy moved the greedy held-out success far from the start.
+{cs['steps']} updates the strategies moved the greedy held-out success from {cs['chain']['start']:.3f} to between {min(cs[n]['final'] for n in names):.3f} and {max(cs[n]['final'] for n in names):.3f}.
 """)
     if collapsed:
         w(f"""PATR's mean is pulled down by one seed that collapsed (seed {per_seed['patr'].index(worst)}: {worst:.3f}; the seeds start at
 {cs['patr']['start']:.3f} on average); its other four seeds end between {sorted(per_seed['patr'])[1]:.3f} and {max(per_seed['patr']):.3f}.
-""")
-    else:
-        w(f"""Two earlier runs with the same settings had PATR's seed 2 collapse: at commit 687e92f it
-ended at 0.227 (at 6823213, 0.348), its entropy rising and more episodes running out of turns in
-the last steps, with few branches pruned (its metrics are kept in
-`docs/compare_frozenlake/patr_seed2_metrics.jsonl`, from 687e92f). In this run the same seed ends at
-{per_seed['patr'][2]:.3f}, so that collapse was an unstable outcome of one run, not a property of the seed
-or of PATR's settings. Runs of this length are not bit-identical from one commit to the next
-here (the 90-step quick training is); the cause has not been pinned down.
 """)
     low_run = min(((v, n, i) for n in names for i, v in enumerate(per_seed[n])))
     w(f"""
@@ -288,8 +283,8 @@ if "compare_family" in R and stale("compare_family"):
 IGRPO (issue #12; `docs/methods.md` has each one's definition) beside chain, Tree-GRPO and
 PATR under one token budget. **Not rerun on the current code**: its last run (commit
 {R['compare_family']['commit'][:10]}) predates changes to {', '.join(f'`{c}`' for c in changed[:4])}{' and others' if len(changed) > 4 else ''}, so
-its figures are not quoted here; `python bench/reproduce.py --only compare_family` (about 20
-minutes here) remakes them, and this section quotes them again once it has run.
+its figures are not quoted here; `python bench/reproduce.py --only compare_family` remakes
+them (not yet timed on the current base, whose episodes are longer), and this section quotes them again once it has run.
 """)
 elif "compare_family" in R:
     cf = res("compare_family")
@@ -432,8 +427,8 @@ statement alone is about 1,500 bytes), environment steps on 4 threads.
   latency-bound, so the tree also pays for its second sequential phase
   (`bench/rollout_scaling.py` below).
 - On SWE tasks, with long observations: {rc['swe_tree_over_chain_wall_per_leaf']:.3f} (target < 0.6: **{'met' if rc['swe_tree_over_chain_wall_per_leaf'] < 0.6 else 'not met'}**); the tree
-  computes {rc['swe_tree_computed_per_leaf']:.0f} tokens a leaf against the chains' {rc['swe_chain_computed_per_leaf']:.0f}. Two repeats on a shared machine:
-  the ratio moved between 0.49 and 0.61 across runs made while writing this bench.
+  computes {rc['swe_tree_computed_per_leaf']:.0f} tokens a leaf against the chains' {rc['swe_chain_computed_per_leaf']:.0f}. Two repeats on a shared machine, so
+  the ratio is noisy from run to run.
 """)
 sizes = [8, 32, 128]
 w(f"""#### How the cost grows with the work in flight (`bench/rollout_scaling.py --quick`)

@@ -75,7 +75,7 @@ FIGURES = (
     Figure("default_training", ("bench/learning.py", "--keep", "docs/default_training"), False,
            18),
     Figure("compare_strategies", ("bench/compare_strategies.py", "--fresh", "--copy-to",
-                                  "docs/compare_frozenlake"), False, 65),
+                                  "docs/compare_frozenlake"), False, 75),
     Figure("compare_family", ("bench/compare_strategies.py", "--config",
                               "configs/compare_family.yaml", "--fresh", "--copy-to",
                               "docs/compare_family"), False, 30),

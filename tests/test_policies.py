@@ -34,6 +34,9 @@ def test_shipped_base_loads_by_name_and_by_path_with_its_view() -> None:
     meta = json.loads((folder / "treeroll.json").read_text())
     assert meta["made_by"]["command"] == "treeroll sft"
     assert (folder / "README.md").read_text().count("held-out") >= 1
+    # the words of its view's header and explanation are real words of its tokenizer
+    for word in ("safe", "Up", "Down", "Left", "Right", "P@0,0", "G@8,8"):
+        assert by_name.tokenizer.convert_tokens_to_ids(word) != by_name.tokenizer.unk_token_id
 
 
 def test_shipped_base_replies_are_well_formed_and_it_solves_some_maps() -> None:

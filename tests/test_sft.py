@@ -170,6 +170,51 @@ def test_expert_data_draws_training_seeds_only(word_tokenizer) -> None:  # type:
     assert len(seen) == 40 and set(seen) <= set(train.tolist())
 
 
+def test_explained_safe_moves_are_in_the_trained_replies_and_need_an_expert_that_lists_them(
+        ) -> None:
+    """With ``data.explain_safe_moves`` the expert's replies, which SFT trains on (loss mask
+    1), start with the header's words and its safe list (``P@r,c G@r,c safe ...``); without it
+    they carry no list; an expert that cannot list safe moves is refused up front."""
+    from treeroll.policies import load_policy
+
+    policy = load_policy("frozenlake-tiny")  # its tokenizer knows the safe view's words
+    fmt, tokenizer = policy.turn_format(), policy.tokenizer
+    unknown = tokenizer.unk_token_id
+    train = np.arange(100, 140)
+    replies = {}
+    for explain_safe in (False, True):
+        data = SFTDataConfig(episodes_per_step=4, explain=True,
+                             explain_safe_moves=explain_safe)
+        batch = make_batches(data, lambda: make_frozenlake("rllm"), fmt, len(tokenizer),
+                             train)(np.random.default_rng(0))
+        trained = [i for e in batch for i, m in zip(e.ids, e.loss_mask, strict=True) if m]
+        assert unknown not in trained
+        replies[explain_safe] = tokenizer.decode(trained)
+    assert " safe " not in f" {replies[False]} "
+    assert replies[True].count(" safe") >= 4 and "safe" in replies[True].split()[2:3]
+
+    class NoSafeList:  # an expert without the safe_moves option
+        def __init__(self) -> None:
+            self.env = make_frozenlake("rllm")
+            self.system_prompt = self.env.system_prompt
+
+        def reset(self, seed: int) -> str:
+            return self.env.reset(seed)
+
+        def step(self, action: str):  # type: ignore[no-untyped-def]
+            return self.env.step(action)
+
+        def fork(self):  # type: ignore[no-untyped-def]
+            return self.env.fork()
+
+        def expert_reply(self, rng, skill=1.0, *, explain=False):  # type: ignore[no-untyped-def]
+            return self.env.expert_reply(rng, skill, explain=explain)
+
+    with pytest.raises(ValueError, match=r"--data\.explain-safe-moves is on, but the expert"):
+        make_batches(SFTDataConfig(explain=True, explain_safe_moves=True), NoSafeList, fmt,
+                     len(tokenizer), train)
+
+
 def test_sft_run_resumes_exactly_after_an_interrupt_inside_a_step(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     straight = run_sft(_tiny_config(tmp_path, name="straight"))
