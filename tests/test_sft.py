@@ -167,7 +167,8 @@ def test_expert_data_draws_training_seeds_only(word_tokenizer) -> None:  # type:
                            TurnFormat(word_tokenizer), len(word_tokenizer), train)
     for _ in range(5):
         batches(np.random.default_rng(len(seen)))
-    assert len(seen) == 40 and set(seen) <= set(train.tolist())
+    # 5 steps of 8 episodes, and the one reply make_batches checks up front (first seed)
+    assert len(seen) == 1 + 40 and set(seen) <= set(train.tolist())
 
 
 def test_explained_safe_moves_are_in_the_trained_replies_and_need_an_expert_that_lists_them(
@@ -213,6 +214,31 @@ def test_explained_safe_moves_are_in_the_trained_replies_and_need_an_expert_that
     with pytest.raises(ValueError, match=r"--data\.explain-safe-moves is on, but the expert"):
         make_batches(SFTDataConfig(explain=True, explain_safe_moves=True), NoSafeList, fmt,
                      len(tokenizer), train)
+
+
+def test_explained_safe_moves_are_refused_where_they_cannot_be_written_or_read(
+        tmp_path: Path, word_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """``data.explain_safe_moves`` is refused before any work: from a JSONL file, for RAGEN's
+    FrozenLake and the SWE agent (no list to write), and for a tokenizer without the safe
+    view's words (the list would train as <unk>)."""
+    from treeroll.envs.swe import builtin_tasks, make_swe_env
+    from treeroll.policies import load_policy
+
+    with pytest.raises(ValueError, match=r"--data\.explain-safe-moves.*data\.source is 'jsonl'"):
+        run_sft(_tiny_config(tmp_path, name="bad", data=SFTDataConfig(
+            source="jsonl", path="x.jsonl", explain=True, explain_safe_moves=True)))
+    data = SFTDataConfig(explain=True, explain_safe_moves=True)
+    train = np.arange(100, 110)
+    shipped = load_policy("frozenlake-tiny")
+    fmt, vocab = shipped.turn_format(), len(shipped.tokenizer)
+    for make_env, why in ((lambda: make_frozenlake("ragen"), "rllm convention"),
+                          (lambda: make_swe_env("mini", builtin_tasks()), "scripted agent")):
+        with pytest.raises(ValueError, match=f"cannot list safe moves.*{why}"):
+            make_batches(data, make_env, fmt, vocab, train)
+    with pytest.raises(ValueError, match=r"does not know.*cell_coordinates_safe"):
+        make_batches(data, lambda: make_frozenlake("rllm"), TurnFormat(word_tokenizer),
+                     len(word_tokenizer), train)
+    make_batches(data, lambda: make_frozenlake("rllm"), fmt, vocab, train)  # the shipped recipe
 
 
 def test_sft_run_resumes_exactly_after_an_interrupt_inside_a_step(

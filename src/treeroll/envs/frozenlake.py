@@ -414,6 +414,10 @@ class FrozenLakeEnv:
         """
         if not 0.0 <= skill <= 1.0:
             raise ValueError(f"expert_reply: skill must be in [0, 1], got {skill}")
+        if safe_moves and self.config.convention != "rllm":
+            raise ValueError(f"expert_reply: safe_moves goes on the explanation line of the "
+                             f"rllm convention; this environment uses "
+                             f"{self.config.convention!r}")
         count = (1 if self.config.convention == "rllm"
                  else int(rng.integers(1, self.config.actions_per_turn + 1)))
         position, actions, optimal = self.position, [], True

@@ -69,6 +69,10 @@ class SFTDataConfig:
         if self.source == "jsonl" and not self.path:
             return [("--data.path", "is not set; data.source is 'jsonl': set it to the JSONL "
                      "file")]
+        if self.explain_safe_moves and self.source != "expert":
+            return [("--data.explain-safe-moves", f"is on but data.source is "
+                     f"'{self.source}'; the safe list is written by the environment's expert: "
+                     "set --data.source expert, or turn it off")]
         if self.explain_safe_moves and not self.explain:
             return [("--data.explain-safe-moves", "is on but data.explain is off; the safe "
                      "moves go on the explanation line: set --data.explain true")]
@@ -130,7 +134,7 @@ class SFTConfig:
                                                                 tasks_during=128))
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     """How the held-out evaluations sample (their temperature is ``eval.temperature``); use
-    the RL run's settings so that the figures compare (FrozenLake: 12 tokens a turn)."""
+    the RL run's settings so that the figures compare (FrozenLake: 16 tokens a turn)."""
 
 
 

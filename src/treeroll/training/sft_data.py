@@ -73,7 +73,7 @@ def expert_episode(env: Env, seed: int, turn_format: TurnFormat, rng: np.random.
     ids, _ = turn_format.prompt(env.system_prompt, env.reset(seed))
     mask = [0] * len(ids)
     for _ in range(max_turns):
-        reply = (env.expert_reply(rng, skill, explain=explain, safe_moves=True)  # type: ignore[call-arg]
+        reply = (env.expert_reply(rng, skill, explain=explain, safe_moves=True)
                  if safe_moves else env.expert_reply(rng, skill, explain=explain))
         reply_ids = turn_format.reply(reply.text)
         ids += reply_ids

@@ -7,7 +7,6 @@ the run folder's layout.
 
 from __future__ import annotations
 
-import inspect
 import json
 import subprocess
 import time
@@ -54,6 +53,33 @@ def _cut(example: SFTExample, max_tokens: int) -> SFTExample:
     return SFTExample(example.ids[:max_tokens], example.loss_mask[:max_tokens])
 
 
+def _check_expert_reply(probe: ExpertEnv, data: SFTDataConfig, turn_format: TurnFormat,
+                        train_seeds: np.ndarray) -> None:
+    """Before any work: one expert reply as configured, on the first training task. Refused
+    when the expert cannot write it (an expert without ``safe_moves``, or whose environment
+    cannot list them) or when the policy's tokenizer does not know its words (``<unk>``:
+    the explanation's words belong to a view the policy does not read)."""
+    probe.reset(int(train_seeds[0]))
+    try:
+        reply = (probe.expert_reply(np.random.default_rng(0), explain=data.explain,
+                                    safe_moves=True) if data.explain_safe_moves
+                 else probe.expert_reply(np.random.default_rng(0), explain=data.explain))
+    except (TypeError, ValueError) as error:
+        if not data.explain_safe_moves:
+            raise
+        raise ValueError(f"--data.explain-safe-moves is on, but the expert of "
+                         f"{type(probe).__name__} cannot list safe moves ({error}); "
+                         "turn it off") from None
+    unknown = getattr(turn_format.tokenizer, "unk_token_id", None)
+    ids = turn_format.reply(reply.text)
+    if unknown is not None and unknown in ids:
+        raise ValueError(f"the expert's reply {reply.text!r} has words the policy's tokenizer "
+                         "does not know (they would train as <unk>): with --data.explain "
+                         "(and --data.explain-safe-moves) read the matching view, "
+                         "--policy.view cell_coordinates (cell_coordinates_safe for the safe "
+                         "list)")
+
+
 def make_batches(data: SFTDataConfig, make_env: Callable[[], Env], turn_format: TurnFormat,
                  vocab_size: int, train_seeds: np.ndarray,
                  warn: Callable[[str], None] | None = None,
@@ -76,11 +102,7 @@ def make_batches(data: SFTDataConfig, make_env: Callable[[], Env], turn_format: 
     if not isinstance(probe, ExpertEnv):
         raise ValueError(f"the environment {type(probe).__name__} has no expert (it does not "
                          "implement treeroll.base.ExpertEnv); " + no_expert_hint)
-    if data.explain_safe_moves and "safe_moves" not in inspect.signature(
-            probe.expert_reply).parameters:
-        raise ValueError(f"--data.explain-safe-moves is on, but the expert of "
-                         f"{type(probe).__name__} cannot list safe moves (FrozenLake's can); "
-                         "turn it off")
+    _check_expert_reply(probe, data, turn_format, train_seeds)
 
     def from_expert(rng: np.random.Generator) -> list[SFTExample]:
         seeds = rng.choice(train_seeds, size=data.episodes_per_step)  # training pool only

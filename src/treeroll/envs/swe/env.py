@@ -450,15 +450,19 @@ class SWEEnv:
         return observation, 0.0, False, truncated, info
 
     def expert_reply(self, rng: np.random.Generator, skill: float = 1.0, *,
-                     explain: bool = False) -> ExpertReply:
+                     explain: bool = False, safe_moves: bool = False) -> ExpertReply:
         """The scripted agent's next reply (implements :class:`treeroll.base.ExpertEnv`).
 
         The agent (:class:`treeroll.envs.swe.ScriptedSWEAgent`) reads this episode's
         transcript and acts by phase; ``skill`` sets its probabilities (``AgentSkill.at``):
         at 1 it localises, applies the reference fix, runs the tests and submits. A wrong
         edit or a flailing reply (a repeat or no action) is marked ``is_expert=False``.
-        The agent always opens with a ``THOUGHT:`` line, so ``explain`` changes nothing.
+        The agent always opens with a ``THOUGHT:`` line, so ``explain`` changes nothing;
+        it has no list of safe moves (``safe_moves`` is refused).
         """
+        if safe_moves:
+            raise ValueError("the SWE tasks' scripted agent cannot list safe moves "
+                             "(safe_moves / data.explain_safe_moves is FrozenLake's)")
         from treeroll.envs.swe.agent import AgentSkill, ScriptedSWEAgent
 
         if self.task is None:
