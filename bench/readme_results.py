@@ -212,11 +212,12 @@ its figures are not quoted here; `python bench/reproduce.py --only compare_strat
 elif "compare_strategies" in R:
     cs = res("compare_strategies")
     names = [k for k in ("chain", "tree_grpo", "random_tree", "patr") if k in cs]
+    ccfg = yaml.safe_load((ROOT / "configs/compare_frozenlake.yaml").read_text())["base"]
     w("### Strategies under one budget (`treeroll compare`, rLLM convention)\n")
     w(f"""`python bench/compare_strategies.py` runs `treeroll compare --config
 configs/compare_frozenlake.yaml`: from `frozenlake-tiny`, {cs['steps']} updates of {cs['tasks_per_step']} tasks, the same
 budget of {cs['token_budget']} generated tokens per task per step for every strategy (a cap: a
-strategy may spend less), AdamW 2e-4, {cs['seeds']} seeds (the seed changes
+strategy may spend less), AdamW {ccfg['optim']['lr']:g}, {cs['seeds']} seeds (the seed changes
 the training tasks and the sampling); held-out success on {cs['eval_tasks']} tasks, greedy; intervals are 95%
 t-intervals over seeds. {JOBS_NOTE if cs.get('jobs', 1) > 1 else ''}The report, its plot and an
 example tree per strategy are in `docs/compare_frozenlake/`.
@@ -273,6 +274,17 @@ dropping like this from run to run, five seeds separate only large effects.
     w(f"""Targets (PATR's paper: +9.3 over GRPO on this convention): PATR ends above chain with
 separated intervals: **{'met' if sep else 'not met'}** ({cs['patr_minus_chain'] * 100:+.1f} points); PATR reaches chain's final success with at
 most half of chain's tokens: **{'met' if ratio is not None and ratio <= 0.5 else 'not met'}** ({'never reached' if ratio is None else f'{ratio:.2f} of chain' + "'s"}).
+""")
+    every = ccfg["eval"]["every"]
+    curves = {n: [[sum(run["curve"][i][k] for run in report[n]["runs"]) / len(report[n]["runs"])
+                   for k in (0, 1)] for i in range(min(len(run["curve"])
+                                                       for run in report[n]["runs"]))]
+              for n in names}
+    reach = next((i for i, (_, v) in enumerate(curves["patr"]) if v >= ch["final"] - 1e-12), None)
+    w(f"""Per update the trees learn faster at first: after {every} updates (held-out success on the
+first {ccfg['eval']['tasks_during']} tasks; the seeds' means) {', '.join(f"{n} {curves[n][1][1]:.3f} with {curves[n][1][0]:,.0f} tokens" for n in names)};
+after {cs['steps']} all four are within a few points of one another. The token target takes the first point
+of PATR's mean curve at or above chain's final success: {'none' if reach is None else f"its {reach * every}-update evaluation ({curves['patr'][reach][1]:.3f})" + (f", on the first {ccfg['eval']['tasks_during']} held-out tasks where the base scores about a point higher than on all {cs['eval_tasks']}, while its final on all {cs['eval_tasks']} ends {100 * cs['patr_minus_chain']:+.1f} from chain's: the early lead is in the seeds' means (no interval was computed at that point), and the ratio rests on the smaller evaluations" if reach is not None and reach < len(curves['patr']) - 1 else '')}.
 """)
 
 # ---------------------------------------------------------------- family

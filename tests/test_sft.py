@@ -139,31 +139,39 @@ def test_sft_loss_counts_model_tokens_only(tiny_model, word_tokenizer) -> None: 
     assert torch.allclose(loss, reference, atol=1e-5)
 
 
+class _LakeWithOldExpert:
+    """rLLM FrozenLake behind an expert written before ``safe_moves`` (its ``expert_reply``
+    takes ``explain`` only); records the task seeds it is reset to in ``seen``."""
+
+    def __init__(self, seen: list[int] | None = None) -> None:
+        self.env = make_frozenlake("rllm")
+        self.system_prompt = self.env.system_prompt
+        self.seen = [] if seen is None else seen
+
+    def reset(self, seed: int) -> str:
+        self.seen.append(seed)
+        return self.env.reset(seed)
+
+    def step(self, action: str):  # type: ignore[no-untyped-def]
+        return self.env.step(action)
+
+    def fork(self):  # type: ignore[no-untyped-def]
+        return self.env.fork()
+
+    def expert_reply(self, rng, skill=1.0, *, explain=False):  # type: ignore[no-untyped-def]
+        return self.env.expert_reply(rng, skill, explain=explain)
+
+
 def test_expert_data_draws_training_seeds_only(word_tokenizer) -> None:  # type: ignore[no-untyped-def]
     env_config, eval_config = EnvConfig(train_tasks=50), EvalConfig(tasks=64)
     train, held_out = task_pools(env_config, eval_config)
     assert not set(train.tolist()) & set(held_out.tolist())
     seen: list[int] = []
 
-    class Recording:
-        def __init__(self) -> None:
-            self.env = make_frozenlake("rllm")
-            self.system_prompt = self.env.system_prompt
+    def recording() -> _LakeWithOldExpert:  # a factory, as make_env is
+        return _LakeWithOldExpert(seen)
 
-        def reset(self, seed: int) -> str:
-            seen.append(seed)
-            return self.env.reset(seed)
-
-        def step(self, action: str):  # type: ignore[no-untyped-def]
-            return self.env.step(action)
-
-        def fork(self):  # type: ignore[no-untyped-def]
-            return self.env.fork()
-
-        def expert_reply(self, rng, skill=1.0, *, explain=False):  # type: ignore[no-untyped-def]
-            return self.env.expert_reply(rng, skill, explain=explain)
-
-    batches = make_batches(SFTDataConfig(episodes_per_step=8), Recording,
+    batches = make_batches(SFTDataConfig(episodes_per_step=8), recording,
                            TurnFormat(word_tokenizer), len(word_tokenizer), train)
     for _ in range(5):
         batches(np.random.default_rng(len(seen)))
@@ -194,26 +202,9 @@ def test_explained_safe_moves_are_in_the_trained_replies_and_need_an_expert_that
     assert " safe " not in f" {replies[False]} "
     assert replies[True].count(" safe") >= 4 and "safe" in replies[True].split()[2:3]
 
-    class NoSafeList:  # an expert without the safe_moves option
-        def __init__(self) -> None:
-            self.env = make_frozenlake("rllm")
-            self.system_prompt = self.env.system_prompt
-
-        def reset(self, seed: int) -> str:
-            return self.env.reset(seed)
-
-        def step(self, action: str):  # type: ignore[no-untyped-def]
-            return self.env.step(action)
-
-        def fork(self):  # type: ignore[no-untyped-def]
-            return self.env.fork()
-
-        def expert_reply(self, rng, skill=1.0, *, explain=False):  # type: ignore[no-untyped-def]
-            return self.env.expert_reply(rng, skill, explain=explain)
-
     with pytest.raises(ValueError, match=r"--data\.explain-safe-moves is on, but the expert"):
-        make_batches(SFTDataConfig(explain=True, explain_safe_moves=True), NoSafeList, fmt,
-                     len(tokenizer), train)
+        make_batches(SFTDataConfig(explain=True, explain_safe_moves=True),
+                     _LakeWithOldExpert, fmt, len(tokenizer), train)
 
 
 def test_explained_safe_moves_are_refused_where_they_cannot_be_written_or_read(
