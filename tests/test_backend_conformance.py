@@ -31,8 +31,10 @@ from treeroll.base import GenerationRequest, SamplingParams
 from treeroll.envs import make_frozenlake
 from treeroll.policies import load_policy
 
-TOLERANCE = {"hf": 1e-4, "llamacpp": 5e-3}
-"""Logprob agreement with a from-scratch recompute: llama.cpp's kernels round differently."""
+TOLERANCE = {"hf": 1e-4, "llamacpp": 1e-2}
+"""Logprob agreement with a from-scratch recompute: llama.cpp's kernels round differently (on
+the shipped base perturbed as the weight-update test does, its largest error over nine
+perturbations was 1.3e-3 to 6.2e-3)."""
 
 
 @pytest.fixture(scope="module")
@@ -168,8 +170,9 @@ def test_after_a_weight_update_nothing_from_the_old_weights_is_served(case) -> N
     prompt = _prompts(turns)[1]
     backend.generate([GenerationRequest(prompt, seed=5)], params)  # cache it
     old_model = copy.deepcopy(model)
-    new_weights = {k: v + 0.05 * torch.randn_like(v) if v.dim() == 2 else v.clone()
-                   for k, v in model.state_dict().items()}
+    noise = torch.Generator().manual_seed(0)  # the same update whatever ran before
+    new_weights = {k: v + 0.05 * torch.randn(v.shape, generator=noise, dtype=v.dtype)
+                   if v.dim() == 2 else v.clone() for k, v in model.state_dict().items()}
     backend.load_weights(new_weights)  # type: ignore[attr-defined]
     after = backend.generate([GenerationRequest(prompt, seed=5)], params)[0]
     assert after.cached_tokens == 0
