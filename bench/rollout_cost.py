@@ -19,6 +19,12 @@ warmth hit both. Prints a table and, as its last line, one JSON object:
   decode) / unique tokens of the trees (their token trie, identical sibling turns merged).
   1.0 means every token computed once; a low-entropy policy samples identical sibling turns,
   which no engine avoids generating twice, so this stays above 1 with a perfect cache.
+* ``forwarded_over_unique`` -- tokens fed through the model / the trie's tokens that must be
+  fed (nothing follows a leaf's last token): the engine's redundancy against the merged trie.
+  ``computed_over_unique`` is above it by definition: a turn's last sampled token counts as
+  generated and again as prefilled in the next turn, where it is fed (once). Its excess over
+  1.0 is ``cross_call_replayed``: sampled tokens repeating, token for token, a turn another
+  backend call had sampled in the same context (within one call the HF backend shares them).
 * ``forwarded_over_needed`` -- tokens fed through the model / tokens the trees' nodes hold
   that must be fed (``treeroll.tree.TokenCounts``): the engine's own redundancy (below 1 when
   the cache also merged identical siblings); ``branch_points_refed`` -- requests whose whole
@@ -149,11 +155,15 @@ def main() -> None:
 
     result = {
         "computed_over_unique": round(t.computed / max(t.unique, 1), 4),
+        "forwarded_over_unique": round(t.forwarded_over_unique, 4),
+        "cross_call_replayed": t.replayed - t.shared,
+        "boundary_tokens": t.turns - t.ends,
         "forwarded_over_needed": round(t.forwarded_over_needed, 4),
         "branch_points_refed": refed["tree"],
         "tree_over_chain_wall_per_leaf": ratio(walls),
         "swe_tree_over_chain_wall_per_leaf": ratio(swe_walls),
         "chain_computed_over_unique": round(c.computed / max(c.unique, 1), 4),
+        "chain_forwarded_over_unique": round(c.forwarded_over_unique, 4),
         "tree_generated_per_leaf": round(t.generated / max(t.leaves, 1), 2),
         "chain_generated_per_leaf": round(c.generated / max(c.leaves, 1), 2),
         "tree_computed_per_leaf": round(t.computed / max(t.leaves, 1), 2),

@@ -17,6 +17,7 @@ from treeroll.rollout import RolloutConfig, rollout
 from treeroll.strategies import Chain, TreeGRPO
 from treeroll.tree import (
     NodeStatus,
+    RolloutTree,
     TokenCounts,
     context_ids,
     export_trajectories,
@@ -123,6 +124,8 @@ def test_export_and_accounting_on_a_tree(byte_format) -> None:
         seq = t.prompt_ids + t.response_ids
         trie.update(tuple(seq[: i + 1]) for i in range(len(seq)))
     assert counts.unique == len(trie)
+    assert counts.unique_ends == sum(1 for seq in trie if not any(
+        len(other) == len(seq) + 1 and other[:-1] == seq for other in trie))
     assert counts.chain_unique == sum(len(t.prompt_ids) + len(t.response_ids)
                                       for t in trajectories)
     assert counts.generated == sum(len(n.action_ids) for n in tree.nodes)
@@ -328,3 +331,20 @@ def test_tree_grpo_root_picks_are_candidates_of_later_rounds(byte_format) -> Non
         assert later and all("round 2" in n.note for n in later)
         assert all(subtree_index(tree, c) == subtree_index(tree, n)
                    for n in later for c in n.children)
+
+
+def test_trie_counts_a_repeated_sibling_turn_as_replayed_and_its_leaf_end_once() -> None:
+    """Two sibling turns with the same tokens share the trie: the later one's sampled tokens
+    are ``replayed``; a token nothing follows is an end; ``forwarded_over_unique`` divides by
+    the trie tokens that are fed."""
+    tree = RolloutTree.new(0, tree_id=0, group_id=0, prompt_ids=[1, 2], prompt_text="")
+    first = tree.add_child(tree.root, action_ids=[3, 4], observation_ids=[5])
+    tree.add_child(tree.root, action_ids=[3, 4], observation_ids=[5])  # a repeat
+    tree.add_child(first, action_ids=[6], observation_ids=[], terminated=True)
+    tree.add_child(first, action_ids=[7, 8], observation_ids=[], terminated=True)
+    counts = token_counts(tree)
+    assert counts.unique == 8  # 1 2 3 4 5 6 7 8
+    assert counts.replayed == 2
+    assert counts.unique_ends == 2  # 6 and 8
+    counts.prefill, counts.turns = 10, 4
+    assert counts.forwarded_over_unique == counts.forwarded / 6

@@ -268,7 +268,9 @@ class TokenCounts:
     cache. The engine's own redundancy is ``forwarded_over_needed``: ``held`` counts the tokens
     the tree's nodes hold (the prompt, then every turn's action and observation, each node
     once), ``turns`` the nodes (one request each), ``ends`` the nodes without children (their
-    last token is never fed back).
+    last token is never fed back). ``unique_ends``: trie tokens nothing follows (never fed);
+    ``replayed``: sampled tokens an earlier turn of the tree had sampled in the same context
+    (within one call they are ``shared``; across calls a backend decodes them again).
     """
 
     generated: int = 0
@@ -285,6 +287,8 @@ class TokenCounts:
     ends: int = 0
     shared: int = 0
     duplicates: int = 0
+    unique_ends: int = 0
+    replayed: int = 0
 
     @property
     def forwarded(self) -> int:
@@ -313,8 +317,20 @@ class TokenCounts:
 
     @property
     def computed_over_unique(self) -> float:
-        """Redundancy of generation: 1.0 means every unique token computed exactly once."""
+        """Generated plus prefilled tokens over the trie's tokens. Above 1.0 even for a
+        perfect engine: a turn's last sampled token counts once as generated and again as
+        prefilled in the next turn (it is fed once, in that prefill), and a turn that repeats
+        an earlier turn of another call is decoded again (``replayed``)."""
         return self.computed / max(self.unique, 1)
+
+    @property
+    def forwarded_over_unique(self) -> float:
+        """Tokens fed through the model over the trie tokens that must be fed (the trie's
+        tokens less those nothing follows): 1.0 means every position the trees' contexts
+        hold was fed exactly once across the whole batch; the excess is turns decoded again
+        although an earlier call had sampled them in the same context (``replayed`` less
+        ``shared``)."""
+        return self.forwarded / max(self.unique - self.unique_ends, 1)
 
     @property
     def saved_tokens(self) -> int:
@@ -331,28 +347,42 @@ class TokenCounts:
         d["computed"] = self.computed
         d["computed_over_unique"] = self.computed_over_unique
         d["forwarded_over_needed"] = self.forwarded_over_needed
+        d["forwarded_over_unique"] = self.forwarded_over_unique
         d["saved_tokens"] = self.saved_tokens
         return d
 
 
-def _trie_size(tree: RolloutTree) -> int:
-    """Tokens in the trie of every model context of the tree. Sibling turns that happen to
-    hold identical tokens share trie entries (a prefix cache computes them once)."""
+def _trie_size(tree: RolloutTree) -> tuple[int, int, int]:
+    """The token trie of every model context of the tree: ``(tokens, ends, replayed)``.
+
+    Sibling turns that happen to hold identical tokens share trie entries (a prefix cache
+    computes them once). ``ends``: trie tokens nothing follows (a leaf's last token, never fed
+    to the model); ``replayed``: sampled tokens that were already in the trie when their node
+    was made (creation order), i.e. a turn that repeats, token for token, what an earlier turn
+    of the tree sampled in the same context."""
     trie: dict[int, Any] = {}
-    size = 0
+    size = replayed = 0
     end_of: dict[int, dict[int, Any]] = {}
     for node in tree.nodes:  # creation order: parents first
         current = trie if node.parent is None else end_of[node.parent.id]
         tokens = node.action_ids + ([] if node.is_leaf and node.parent is not None
                                     else node.observation_ids)
-        for token in tokens:
+        for i, token in enumerate(tokens):
             following = current.get(token)
             if following is None:
                 following = current[token] = {}
                 size += 1
+            elif i < len(node.action_ids):
+                replayed += 1
             current = following
         end_of[node.id] = current
-    return size
+    ends, stack = 0, [trie]
+    while stack:
+        children = stack.pop()
+        for following in children.values():
+            ends += not following
+            stack.append(following)
+    return size, ends, replayed
 
 
 def token_counts(tree: RolloutTree) -> TokenCounts:
@@ -360,7 +390,7 @@ def token_counts(tree: RolloutTree) -> TokenCounts:
     counts = TokenCounts()
     group = leaves(tree)
     counts.leaves = len(group)
-    counts.unique = _trie_size(tree)
+    counts.unique, counts.unique_ends, counts.replayed = _trie_size(tree)
     counts.held = len(tree.root.observation_ids)
     for node in tree.nodes[1:]:
         cost = node.info.get("cost", {})
