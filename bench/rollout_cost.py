@@ -16,15 +16,19 @@ order (tree first on even repeats, chains first on odd ones), so machine noise a
 warmth hit both. Prints a table and, as its last line, one JSON object:
 
 * ``computed_over_unique`` -- tokens the backend computed for the FrozenLake trees (prefill +
-  decode) / unique tokens of the trees (their token trie, identical sibling turns merged).
-  1.0 means every token computed once; a low-entropy policy samples identical sibling turns,
-  which no engine avoids generating twice, so this stays above 1 with a perfect cache.
+  decode, less the shared and the reused ones) / unique tokens of the trees (their token trie,
+  identical sibling turns merged). It stays above 1.0 by its definition: its excess is
+  ``boundary_tokens`` = computed - forwarded, one a turn: a turn's last sampled token counts
+  as computed when sampled and is fed once, in the next turn's prefill (or never, at a leaf,
+  where the trie counts it unique but not fed).
 * ``forwarded_over_unique`` -- tokens fed through the model / the trie's tokens that must be
-  fed (nothing follows a leaf's last token): the engine's redundancy against the merged trie.
-  ``computed_over_unique`` is above it by definition: a turn's last sampled token counts as
-  generated and again as prefilled in the next turn, where it is fed (once). Its excess over
-  1.0 is ``cross_call_replayed``: sampled tokens repeating, token for token, a turn another
-  backend call had sampled in the same context (within one call the HF backend shares them).
+  fed (all but those nothing follows): the engine's redundancy against the merged trie, 1.0
+  when every position the trees' contexts hold is fed once (below 1.0 when trees of one
+  batch share a prompt prefix the cache serves across tasks: the trie is per tree).
+  ``replayed_turn_tokens``: sampled tokens repeating, token for token, a turn an earlier
+  request had sampled in the same context; within one call the HF backend decodes them in one
+  row (``shared_tokens``), across calls it samples them from kept logits (``reused_tokens``)
+  without a forward.
 * ``forwarded_over_needed`` -- tokens fed through the model / tokens the trees' nodes hold
   that must be fed (``treeroll.tree.TokenCounts``): the engine's own redundancy (below 1 when
   the cache also merged identical siblings); ``branch_points_refed`` -- requests whose whole
@@ -156,8 +160,10 @@ def main() -> None:
     result = {
         "computed_over_unique": round(t.computed / max(t.unique, 1), 4),
         "forwarded_over_unique": round(t.forwarded_over_unique, 4),
-        "cross_call_replayed": t.replayed - t.shared,
-        "boundary_tokens": t.turns - t.ends,
+        "boundary_tokens": t.computed - t.forwarded,
+        "replayed_turn_tokens": t.replayed,
+        "shared_tokens": t.shared,
+        "reused_tokens": t.reused,
         "forwarded_over_needed": round(t.forwarded_over_needed, 4),
         "branch_points_refed": refed["tree"],
         "tree_over_chain_wall_per_leaf": ratio(walls),

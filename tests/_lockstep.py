@@ -109,7 +109,8 @@ def rollout_lockstep(
             info = dict(info)
             info["cost"] = {"prefill": completion.prefill_tokens,
                             "cached": completion.cached_tokens,
-                            "shared": completion.shared_tokens}
+                            "shared": completion.shared_tokens,
+                            "reused": completion.reused_tokens}
             child = tree.add_child(
                 node, action_ids=list(completion.token_ids),
                 action_logprobs=list(completion.logprobs), action_text=action_text,

@@ -251,6 +251,36 @@ def test_a_branch_points_later_children_need_no_forward(tiny_model, word_tokeniz
     assert off.stats["refed"] == 1 and backend.stats["refed"] == 0
 
 
+def test_a_reply_that_repeats_an_earlier_calls_reply_is_replayed_without_a_forward(
+        tiny_model, word_tokenizer) -> None:
+    """A request whose context an earlier call decoded samples from the logits kept then: a
+    greedy repeat of a 4-token reply costs no forward (3 tokens reused, the last never fed);
+    asked for 6 tokens it replays the 4 kept positions, feeds the 4th and decodes on; its
+    tokens and logprobs are a fresh backend's."""
+    node = _random_prompts(len(word_tokenizer), [12], seed=5)[0]
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=4, stop_token_ids=())
+    backend = HFBackend(tiny_model)
+    first = backend.generate([GenerationRequest(node)], greedy)[0]
+    before = backend.stats["forward_tokens"]
+    again = backend.generate([GenerationRequest(node)], greedy)[0]
+    assert again.token_ids == first.token_ids and again.logprobs == first.logprobs
+    assert backend.stats["forward_tokens"] == before
+    assert (again.reused_tokens, again.prefill_tokens, again.cached_tokens) == (3, 0, len(node))
+    longer = SamplingParams(temperature=0.0, max_new_tokens=6, stop_token_ids=())
+    more = backend.generate([GenerationRequest(node)], longer)[0]
+    fresh = HFBackend(tiny_model).generate([GenerationRequest(node)], longer)[0]
+    assert more.token_ids == fresh.token_ids
+    assert more.logprobs == pytest.approx(fresh.logprobs, abs=1e-5)
+    assert more.reused_tokens == 3  # t0..t2 replayed; t3 fed, then t4 decoded from it
+    assert backend.stats["forward_tokens"] - before == 2
+    off = HFBackend(tiny_model, replay=False)
+    off.generate([GenerationRequest(node)], greedy)
+    off_before = off.stats["forward_tokens"]
+    repeat = off.generate([GenerationRequest(node)], greedy)[0]
+    assert repeat.token_ids == first.token_ids and repeat.reused_tokens == 0
+    assert off.stats["forward_tokens"] - off_before == len(first.token_ids) - 1
+
+
 def test_load_weights_replaces_the_weights_and_forgets_the_cache(tiny_model, word_tokenizer
                                                                   ) -> None:
     prompt = _random_prompts(len(word_tokenizer), [10], seed=2)[0]

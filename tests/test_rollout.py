@@ -348,3 +348,31 @@ def test_trie_counts_a_repeated_sibling_turn_as_replayed_and_its_leaf_end_once()
     assert counts.unique_ends == 2  # 6 and 8
     counts.prefill, counts.turns = 10, 4
     assert counts.forwarded_over_unique == counts.forwarded / 6
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.05])
+def test_replayed_turns_change_no_tree_and_the_counts_match_the_backends_forwards(
+        tiny_model, word_tokenizer, temperature) -> None:
+    """Tree-GRPO's expansions often repeat their chain's turn; the HF backend replays such a
+    turn from kept logits. The trees are those of a backend that does not replay, the
+    accounting's ``forwarded`` is what each backend fed, and with replay every position the
+    trees' trie holds is fed once (``forwarded_over_unique`` 1.0; one tree per batch, so no
+    prompt prefix is shared across trees)."""
+    fmt = TurnFormat(word_tokenizer)
+    config = RolloutConfig(max_turn_tokens=6, temperature=temperature)
+    runs = {}
+    for replay in (False, True):
+        backend = HFBackend(tiny_model, replay=replay)
+        batch = rollout([7], _env, backend, fmt, TreeGRPO(m=2, n=2, l=1), config=config,
+                        seed=3)
+        counts = token_counts(batch.trees[0])
+        assert counts.forwarded == backend.stats["forward_tokens"]
+        runs[replay] = ([[n.action_ids for n in t.nodes] for t in batch.trees], counts)
+        paths = {tuple(t for n in path_to(leaf) for t in n.action_ids)
+                 for leaf in leaves(batch.trees[0])}
+        assert len(paths) > 1 or temperature == 0  # sampled: the branches part somewhere
+    (plain, plain_counts), (replayed, counts) = runs[False], runs[True]
+    assert replayed == plain
+    assert counts.reused > 0 and plain_counts.reused == 0
+    assert counts.forwarded < plain_counts.forwarded
+    assert counts.forwarded_over_unique == 1.0

@@ -182,6 +182,10 @@ class Completion:
     """Sampled tokens that an earlier request of the same call sampled too, in the same
     context (identical sibling turns): the backend computed them once for both (the HF
     backend decodes such requests in one batch row); always the first tokens of the reply."""
+    reused_tokens: int = 0
+    """Sampled tokens, other than the reply's last, that this request did not feed: they were
+    sampled from logits the backend kept from an earlier call, where the same context had been
+    computed (the HF backend replays a turn that repeats an earlier one token for token)."""
     entropy: float | None = None
     """Mean normalised entropy over the first ``entropy_window`` positions, when asked for."""
     top_logprobs: list[list[tuple[int, float]]] | None = None

@@ -133,6 +133,13 @@ class HFBackendConfig:
     keep_logits: bool = True
     """Keep each prefilled prompt's last logits, so a branch point's later children need no
     forward (equal to a fresh forward within float rounding, not bit for bit)."""
+    replay: bool = True
+    """Also keep the logits of every decoded position, so a turn that repeats one an earlier
+    call sampled in the same context (a sharp policy's Tree-GRPO expansion re-sampling its
+    chain's turn) is sampled from them without a forward (needs ``keep_logits``)."""
+    max_kept_logits_mib: int = checked(256, ge=0)
+    """Bound of the kept logits in MiB (least recently used dropped first): vocabulary size
+    times 4 bytes an entry (2.4 KiB for ``frozenlake-tiny``, 600 KiB for a 150k vocabulary)."""
 
 
 @dataclass

@@ -263,7 +263,8 @@ class _Engine:
         if error is not None:
             truncated, ended, obs_ids, obs_text = True, True, [], ""
         info["cost"] = {"prefill": completion.prefill_tokens, "cached": completion.cached_tokens,
-                        "shared": completion.shared_tokens}
+                        "shared": completion.shared_tokens,
+                        "reused": completion.reused_tokens}
         if completion.top_logprobs is not None:
             info["top_logprobs"] = [[list(pair) for pair in position]
                                     for position in completion.top_logprobs]

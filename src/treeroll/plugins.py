@@ -242,7 +242,8 @@ def _hf_backend(config: Any, policy: Any) -> GenerationBackend:
     hf = config.hf
     return HFBackend(policy.model, pad_token_id=policy.tokenizer.pad_token_id or 0,
                      max_batch_size=hf.max_batch_size, max_cached_tokens=hf.max_cached_tokens,
-                     use_prefix_cache=hf.use_prefix_cache, keep_logits=hf.keep_logits)
+                     use_prefix_cache=hf.use_prefix_cache, keep_logits=hf.keep_logits,
+                     replay=hf.replay, max_kept_logits_bytes=hf.max_kept_logits_mib * 2**20)
 
 
 BACKENDS.register("hf", _hf_backend)

@@ -270,7 +270,8 @@ class TokenCounts:
     once), ``turns`` the nodes (one request each), ``ends`` the nodes without children (their
     last token is never fed back). ``unique_ends``: trie tokens nothing follows (never fed);
     ``replayed``: sampled tokens an earlier turn of the tree had sampled in the same context
-    (within one call they are ``shared``; across calls a backend decodes them again).
+    (within one call they are ``shared``; across calls the HF backend replays them from kept
+    logits, ``reused``: the sampled tokens, not a reply's last, that no forward produced).
     """
 
     generated: int = 0
@@ -289,6 +290,7 @@ class TokenCounts:
     duplicates: int = 0
     unique_ends: int = 0
     replayed: int = 0
+    reused: int = 0
 
     @property
     def forwarded(self) -> int:
@@ -296,7 +298,8 @@ class TokenCounts:
         generated one but each request's last (its first is sampled from the prefill's
         logits, its last is never fed in that request), less the shared ones (fed once, for
         the earlier request; a wholly shared reply's last token was not fed either way)."""
-        return self.prefill + self.generated - self.turns - self.shared + self.duplicates
+        return (self.prefill + self.generated - self.turns - self.shared + self.duplicates
+                - self.reused)
 
     @property
     def needed(self) -> int:
@@ -312,8 +315,9 @@ class TokenCounts:
 
     @property
     def computed(self) -> int:
-        """Tokens the backend computed: prefilled plus generated, less the shared ones."""
-        return self.prefill + self.generated - self.shared
+        """Tokens the backend computed: prefilled plus generated, less the shared ones and
+        those it sampled from kept logits (``reused``)."""
+        return self.prefill + self.generated - self.shared - self.reused
 
     @property
     def computed_over_unique(self) -> float:
@@ -402,7 +406,12 @@ def token_counts(tree: RolloutTree) -> TokenCounts:
         counts.cached += int(cost.get("cached", 0))
         shared = int(cost.get("shared", 0))
         counts.shared += shared
-        counts.duplicates += bool(node.action_ids) and shared == len(node.action_ids)
+        reused = int(cost.get("reused", 0))
+        counts.reused += reused
+        # A reply none of whose tokens this request fed: wholly shared, or replayed up to a
+        # context an earlier request of the call fed, then shared (its last token's "never
+        # fed" is already in ``shared``).
+        counts.duplicates += bool(node.action_ids) and shared + reused == len(node.action_ids)
         counts.env_steps += 1
     for leaf in group:
         path = path_to(leaf)

@@ -22,6 +22,17 @@ children, requested in later calls, need no forward before their first sample
 (``computed_over_unique`` 1.0). Those logits come from the batch they were computed in: they
 equal a fresh forward's within float rounding (1e-4 here), not bit for bit; pass
 ``keep_logits=False`` for batch-independent bits.
+
+The logits of every decoded position are kept too (``replay``), keyed by their context: a
+request whose prompt's logits are kept samples from them, then from the kept logits of its
+prompt plus what it has sampled, for as long as there are any. A turn that repeats, token for
+token, a turn an earlier call sampled in the same context (a sharp policy's Tree-GRPO
+expansion re-sampling its chain's turn) therefore costs no forward at all, and one that parts
+from it feeds only from where it parted (``Completion.reused_tokens``). With it every
+position of the trees' token trie is fed once (``forwarded_over_unique`` 1.0 in
+``bench/rollout_cost.py``). Kept logits are bounded in entries and bytes
+(``max_kept_logits``, ``max_kept_logits_bytes``; vocabulary x 4 bytes each) and dropped least
+recently used first; a dropped entry only means a forward.
 """
 
 from __future__ import annotations
@@ -54,6 +65,8 @@ class _Row:
     prefill: int = 0
     cached: int = 0
     shared: int = 0  # sampled tokens an earlier request of the call holds in the same context
+    reused: int = 0  # sampled tokens, not its last, this request did not feed (kept logits)
+    context: tuple[int, ...] = ()  # what the prefill continues: the prompt, then replayed tokens
     finish: str = ""
 
 
@@ -71,7 +84,8 @@ class HFBackend:
 
     def __init__(self, model: Any, *, max_batch_size: int = 64, use_prefix_cache: bool = True,
                  max_cached_tokens: int = 262_144, pad_token_id: int = 0,
-                 keep_logits: bool = True, max_kept_logits: int = 4096) -> None:
+                 keep_logits: bool = True, max_kept_logits: int = 131_072,
+                 max_kept_logits_bytes: int = 256 * 2**20, replay: bool = True) -> None:
         self.model = model
         self.max_batch_size = max_batch_size
         self.use_prefix_cache = use_prefix_cache
@@ -79,18 +93,23 @@ class HFBackend:
         self.pad_token_id = pad_token_id
         self.keep_logits = keep_logits and use_prefix_cache
         self.max_kept_logits = max_kept_logits
+        self.max_kept_logits_bytes = max_kept_logits_bytes
+        self.replay = replay and self.keep_logits
         self._logits: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
+        self._kept_bytes = 0
         self.stats = {"forward_tokens": 0, "generated": 0, "prefill": 0, "cached": 0,
-                      "refed": 0}
+                      "refed": 0, "reused": 0}
         """Totals since construction: tokens fed through the model, generated, prefilled and
         served from the cache; ``refed``: prompts whose every token was cached and whose last
         token was fed again for its logits (a branch point's later child without kept
-        logits)."""
+        logits); ``reused``: sampled tokens, not a reply's last, replayed from kept logits
+        instead of being fed."""
 
     def reset_cache(self) -> None:
         """Forget every cached prefix and kept logits (call after each weight update)."""
         self.trie.clear()
         self._logits.clear()
+        self._kept_bytes = 0
 
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Copy new weights into the model in place (nothing to copy when they are the
@@ -112,7 +131,7 @@ class HFBackend:
                 out[row.index] = Completion(
                     token_ids=row.tokens, logprobs=row.logprobs, finish_reason=row.finish,
                     prefill_tokens=row.prefill, cached_tokens=row.cached,
-                    shared_tokens=row.shared,
+                    shared_tokens=row.shared, reused_tokens=row.reused,
                     entropy=(sum(row.entropies) / len(row.entropies)) if row.entropies else None,
                     top_logprobs=row.top if params.top_logprobs else None)
         return [c for c in out if c is not None]
@@ -122,6 +141,7 @@ class HFBackend:
     @torch.no_grad()
     def _generate_batch(self, requests: list[GenerationRequest], indices: list[int],
                         params: SamplingParams) -> list[_Row]:
+        """Sample every request of one chunk: replay what kept logits allow, decode the rest."""
         rows = []
         for req, index in zip(requests, indices, strict=True):
             if not req.prompt_ids:
@@ -132,13 +152,29 @@ class HFBackend:
             gen = None
             if req.seed is not None:
                 gen = torch.Generator().manual_seed(int(req.seed))
-            rows.append(_Row(index=index, prompt=tuple(req.prompt_ids), max_new=max_new,
-                             generator=gen))
+            prompt = tuple(req.prompt_ids)
+            rows.append(_Row(index=index, prompt=prompt, max_new=max_new, generator=gen,
+                             context=prompt))
+        if self.replay:
+            for row in rows:
+                self._replay(row, params)
+        todo = [row for row in rows if not row.finish]
+        if todo:
+            self._decode(todo, params)
+        for row in rows:
+            self.stats["generated"] += len(row.tokens)
+            self.stats["prefill"] += row.prefill
+            self.stats["cached"] += row.cached
+            self.stats["reused"] += row.reused
+        return rows
 
-        # Requests with the same prompt share one prefill: the first is forwarded, the rest
+    def _decode(self, rows: list[_Row], params: SamplingParams) -> None:
+        """Prefill what the cache lacks of each row's context, then decode every row in one
+        padded batch until all have finished."""
+        # Requests with the same context share one prefill: the first is forwarded, the rest
         # repeat its cache rows.
         unique: dict[tuple[int, ...], int] = {}
-        owner = [unique.setdefault(r.prompt, len(unique)) for r in rows]
+        owner = [unique.setdefault(r.context, len(unique)) for r in rows]
         prompts = list(unique)
         kept: dict[int, tuple[torch.Tensor, list[KV]]] = {}  # prompts needing no forward
         for u, p in enumerate(prompts):
@@ -158,12 +194,16 @@ class HFBackend:
         feeds = [p[m:] for p, (m, _) in zip(prompts, matched, strict=True)]
         first_seen: set[int] = set()
         for row, u in zip(rows, owner, strict=True):
-            if u in first_seen:
+            if row.reused:  # replayed: its prompt is cached, its last replayed token is fed
+                row.cached = len(row.prompt)
+                if u in first_seen:  # ... by the earlier row of the same context
+                    row.reused += 1
+            elif u in first_seen:
                 row.cached = len(row.prompt)
             else:
-                first_seen.add(u)
                 row.cached = matched[u][0]
                 row.prefill = len(feeds[u])
+            first_seen.add(u)
 
         cache, mask, next_pos, logits = self._prefill(prompts, matched, feeds, kept)
         # One batch row per distinct history (prompt and tokens so far): requests that sampled
@@ -197,8 +237,11 @@ class HFBackend:
             if not continuing:
                 break
             fed: dict[tuple[int, int], int] = {}  # the next batch: the continuing keys
+            contexts: dict[int, tuple[int, ...]] = {}  # batch row -> the context it feeds
             for i, key in continuing:
                 row_of[i] = fed.setdefault(key, len(fed))
+                if self.replay and row_of[i] not in contexts:
+                    contexts[row_of[i]] = rows[i].prompt + tuple(rows[i].tokens)
             parents = [b for b, _ in fed]
             if parents != list(range(mask.shape[0])):
                 select = torch.tensor(parents)
@@ -209,12 +252,9 @@ class HFBackend:
             step = torch.tensor([token for _, token in fed])
             logits = self._forward(step[:, None], mask, next_pos[:, None], cache)[:, -1]
             self.stats["forward_tokens"] += len(fed)
+            for b, context in contexts.items():
+                self._keep(context, logits[b])
             next_pos = next_pos + 1
-        for row in rows:
-            self.stats["generated"] += len(row.tokens)
-            self.stats["prefill"] += row.prefill
-            self.stats["cached"] += row.cached
-        return rows
 
     def _prefill(self, prompts: list[tuple[int, ...]], matched: list[tuple[int, list[KV]]],
                  feeds: list[tuple[int, ...]], kept: dict[int, tuple[torch.Tensor, list[KV]]]
@@ -231,9 +271,7 @@ class HFBackend:
             self.stats["forward_tokens"] += sum(len(feeds[u]) for u in fed)
             if self.keep_logits:
                 for b, u in enumerate(fed):
-                    self._logits[prompts[u]] = logits[b].clone()
-                while len(self._logits) > self.max_kept_logits:
-                    self._logits.popitem(last=False)
+                    self._keep(prompts[u], logits[b])
             if not kept:
                 return cache, mask, positions[:, -1] + 1, logits
         kvs: list[list[KV]] = []
@@ -336,6 +374,60 @@ class HFBackend:
                     torch.tensor(float(logp.shape[-1])))), 1e-9)
                 row.entropies.append(entropy)
         return tokens
+
+    def _keep(self, context: tuple[int, ...], logits: torch.Tensor) -> None:
+        """Keep the logits that follow ``context`` (least recently used dropped first, within
+        ``max_kept_logits`` entries and ``max_kept_logits_bytes``)."""
+        if context in self._logits:
+            self._logits.move_to_end(context)
+            return
+        kept = logits.clone()
+        self._logits[context] = kept
+        self._kept_bytes += kept.nelement() * kept.element_size()
+        while self._logits and (len(self._logits) > self.max_kept_logits
+                                or self._kept_bytes > self.max_kept_logits_bytes):
+            _, dropped = self._logits.popitem(last=False)
+            self._kept_bytes -= dropped.nelement() * dropped.element_size()
+
+    def _replay(self, row: _Row, params: SamplingParams) -> None:
+        """Sample ``row`` from kept logits for as long as they follow its context: a turn that
+        repeats one an earlier call sampled in the same context (a sharp policy's Tree-GRPO
+        expansion re-sampling its chain's turn) costs no forward. The row then either has
+        finished (``reused`` = its tokens but the last) or continues from ``context`` = the
+        prompt and the replayed tokens, whose last the prefill feeds (``reused`` = the tokens
+        before it). A replay that stops after the first token, or whose context's KV is no
+        longer in the trie, is undone (generator included) and the row decodes as usual."""
+        logits = self._logits.get(row.prompt)
+        if logits is None or (row.generator is None and params.temperature != 0):
+            return
+        if self.trie.match_length(row.prompt) < len(row.prompt):
+            return
+        state = None if row.generator is None else row.generator.get_state()
+        context = row.prompt
+        while True:
+            self._logits.move_to_end(context)
+            token = int(self._sample(logits[None], [row], params)[0])
+            if token in params.stop_token_ids:
+                row.finish = "stop"
+            elif len(row.tokens) >= row.max_new:
+                row.finish = "length"
+            context += (token,)
+            next_logits = self._logits.get(context)
+            if row.finish or next_logits is None:
+                break
+            logits = next_logits
+        if row.finish:
+            row.reused, row.cached = len(row.tokens) - 1, len(row.prompt)
+            return
+        if len(row.tokens) > 1 and self.trie.match_length(context) >= len(context) - 1:
+            row.context, row.reused = context, len(row.tokens) - 1
+            return
+        if row.generator is not None and state is not None:  # undo: decode as usual
+            row.generator.set_state(state)
+        row.tokens.clear()
+        row.logprobs.clear()
+        row.entropies.clear()
+        row.top.clear()
 
     def _store(self, row: _Row, cache: Any, mask: torch.Tensor, b: int) -> None:
         """Put a finished row's KV (all fed tokens, padding removed) into the trie."""
