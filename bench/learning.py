@@ -59,8 +59,8 @@ def main() -> None:
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     evals = [[r["step"], r["eval"]["success_rate"], r["eval"]["tasks"]]
              for r in rows if "eval" in r]
-    step_seconds = sum(r.get("rollout_seconds", 0.0) + r.get("update_seconds", 0.0)
-                       for r in rows)
+    steps = [r for r in rows if "leaves" in r]  # RL step rows (evaluation rows have none)
+    step_seconds = sum(r["rollout_seconds"] + r["update_seconds"] for r in steps)
     if args.keep:
         keep = Path(args.keep)
         keep.mkdir(parents=True, exist_ok=True)
