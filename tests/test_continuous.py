@@ -74,7 +74,7 @@ def test_a_stream_refuses_other_sampling_parameters_and_a_reset_while_decoding(
 def _paths(batch) -> list[tuple]:  # type: ignore[no-untyped-def]
     """Every tree as the sorted root-to-leaf paths of (action tokens, reward, status): node
     ids follow the order in which branches finish, which continuous batching changes."""
-    return [sorted(tuple((tuple(n.action_ids), n.reward, n.status.value) for n in path_to(leaf))
+    return [sorted(tuple((tuple(n.action_ids), n.reward, str(n.status)) for n in path_to(leaf))
                    for leaf in leaves(tree)) for tree in batch.trees]
 
 
@@ -118,10 +118,12 @@ def test_a_slow_environment_does_not_block_continuous_generation(tiny_model,
 
 def test_continuous_batching_is_refused_with_rounds_or_a_backend_that_cannot_stream(
         byte_format) -> None:
-    lake = lambda: make_frozenlake("rllm", size_min=3, size_max=3)  # noqa: E731
-    with pytest.raises(ConfigError, match="rollout.continuous.*synchronous false"):
-        rollout([1], lambda: lake(), ScriptedBackend(["Up"]), byte_format, Chain(group_size=1),
+    def lake():  # type: ignore[no-untyped-def]
+        return make_frozenlake("rllm", size_min=3, size_max=3)
+
+    with pytest.raises(ConfigError, match=r"rollout\.continuous.*synchronous false"):
+        rollout([1], lake, ScriptedBackend(["Up"]), byte_format, Chain(group_size=1),
                 config=RolloutConfig(continuous=True), seed=0)
-    with pytest.raises(ConfigError, match="rollout.continuous.*ScriptedBackend has none"):
-        rollout([1], lambda: lake(), ScriptedBackend(["Up"]), byte_format, Chain(group_size=1),
+    with pytest.raises(ConfigError, match=r"rollout\.continuous.*ScriptedBackend has none"):
+        rollout([1], lake, ScriptedBackend(["Up"]), byte_format, Chain(group_size=1),
                 config=RolloutConfig(continuous=True, synchronous=False), seed=0)

@@ -84,9 +84,9 @@ from treeroll.base import (
     SamplingStrategy,
     SnapshotStrategy,
     StepResult,
-    StreamingBackend,
     Strategy,
     StrategyContext,
+    StreamingBackend,
     UnitStrategy,
 )
 from treeroll.budgets import add_budget, clip_order, token_caps
