@@ -140,6 +140,11 @@ class HFBackendConfig:
     max_kept_logits_mib: int = checked(256, ge=0)
     """Bound of the kept logits in MiB (least recently used dropped first): vocabulary size
     times 4 bytes an entry (2.4 KiB for ``frozenlake-tiny``, 600 KiB for a 150k vocabulary)."""
+    join_fraction: float = checked(0.25, ge=0.0)
+    """With ``rollout.continuous``: queued requests join the running decode batch when they
+    number this share of the requests decoding (each join costs a prefill forward)."""
+    join_wait: int = checked(4, ge=0)
+    """With ``rollout.continuous``: ... or when they have waited this many decode steps."""
 
 
 @dataclass

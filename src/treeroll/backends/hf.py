@@ -65,7 +65,8 @@ class HFBackend:
     def __init__(self, model: Any, *, max_batch_size: int = 64, use_prefix_cache: bool = True,
                  max_cached_tokens: int = 262_144, pad_token_id: int = 0,
                  keep_logits: bool = True, max_kept_logits: int = 131_072,
-                 max_kept_logits_bytes: int = 256 * 2**20, replay: bool = True) -> None:
+                 max_kept_logits_bytes: int = 256 * 2**20, replay: bool = True,
+                 join_fraction: float = 0.25, join_wait: int = 4) -> None:
         self.model = model
         self.max_batch_size = max_batch_size
         self.use_prefix_cache = use_prefix_cache
@@ -80,6 +81,8 @@ class HFBackend:
         self._stream: DecodeBatch | None = None  # the continuous batch (submit / advance)
         self._queued: list[_Row] = []
         self._tickets = 0
+        self.join_fraction, self.join_wait = join_fraction, join_wait
+        self._waited = 0  # decode steps the queue has waited
         self.stats = {"forward_tokens": 0, "generated": 0, "prefill": 0, "cached": 0,
                       "refed": 0, "reused": 0}
         """Totals since construction: tokens fed through the model, generated, prefilled and
@@ -129,7 +132,8 @@ class HFBackend:
         if stream is None:
             return []
         finished: list[_Row] = []
-        if self._queued:
+        if self._queued and self._join_now(stream.live):
+            self._waited = 0
             room = max(self.max_batch_size - stream.live, 0)
             joining, self._queued = self._queued[:room], self._queued[room:]
             if self.replay:
@@ -141,11 +145,19 @@ class HFBackend:
                 stream.join(self._prefill_rows(todo))
         if stream.live:
             finished.extend(stream.step())
+            self._waited += bool(self._queued)
         self._count(finished)
         done = [(row.index, row.completion(stream.params)) for row in finished]
         if not stream.live and not self._queued:
             self._stream = None
         return done
+
+    def _join_now(self, live: int) -> bool:
+        """Whether the queue joins the decode batch at this step. Each join costs a prefill
+        forward, so requests join in rounds: when nothing is decoding, when the queue holds
+        ``join_fraction`` of the live requests, or when it has waited ``join_wait`` steps."""
+        return (not live or len(self._queued) >= self.join_fraction * live
+                or self._waited >= self.join_wait)
 
     @property
     def busy(self) -> bool:

@@ -108,6 +108,17 @@ class DecodeBatch:
         self.rows.extend(new.rows)
         self.row_of.extend(offset + b for b in new.owner)
 
+    def _trim(self) -> None:
+        """Drop the leading positions no row attends to (left padding left behind by rows
+        that finished), so a long-running batch stays as wide as its longest live row."""
+        used = self.mask.any(dim=0)
+        first = int(used.int().argmax()) if bool(used.any()) else 0
+        if first == 0:
+            return
+        self.mask = self.mask[:, first:]
+        for layer in self.cache.layers:  # views: the next forward's append copies them anyway
+            layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
+
     def step(self) -> list[_Row]:
         """Sample one token for every request; forward the continuing rows one token.
         Returns the requests that finished (their KV stored in the trie)."""
@@ -150,6 +161,7 @@ class DecodeBatch:
             select = torch.tensor(parents)
             self.cache.batch_select_indices(select)
             self.mask, self.next_pos = self.mask[select], self.next_pos[select]
+        self._trim()
         self.mask = torch.cat([self.mask, torch.ones(len(fed), 1, dtype=self.mask.dtype)], dim=1)
         step = torch.tensor([token for _, token in fed])
         self.logits = backend._forward(step[:, None], self.mask, self.next_pos[:, None],
