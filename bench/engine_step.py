@@ -5,13 +5,15 @@ rLLM FrozenLake, Tree-GRPO M=4 N=2 L=1, 16 tasks a step, 2 threads) step after s
 step's tasks twice: with ``rollout.synchronous`` (every backend call waits for every
 environment step of the last one and all M chains of a task end before any is expanded:
 token for token the lockstep loop treeroll had before its engine) and without (each of a
-task's M trees expanded as soon as its own chain ends), the order alternating per step. The
-update is the same code either way, so the rollout is the part of a step the engine changes.
+task's M trees expanded as soon as its own chain ends), and with ``rollout.continuous`` (each
+branch's request joins the backend's running decode batch as soon as it is ready), each mode
+first in turn. The update is the same code every way, so the rollout is the part of a step
+the engine changes.
 
 Last line: one JSON object with the summed seconds of each mode, ``unsync_over_sync`` (< 1:
-the new default is faster), backend calls per step, leaves and generated tokens per step.
+the new default is faster), ``continuous_over_sync``, backend calls per step, leaves and generated tokens per step.
 
-    python bench/engine_step.py            # 8 steps (about 2 minutes)
+    python bench/engine_step.py            # 8 steps (about 3 minutes)
 """
 
 from __future__ import annotations
@@ -50,13 +52,14 @@ def main() -> None:
     policy = starting_policy(config)
     backend = make_backend(config.backend, policy)
     modes = {"sync": replace(config.rollout, synchronous=True),
-             "unsync": replace(config.rollout, synchronous=False)}
+             "unsync": replace(config.rollout, synchronous=False),
+             "continuous": replace(config.rollout, synchronous=False, continuous=True)}
     seconds = {name: 0.0 for name in modes}
     calls = {name: 0 for name in modes}
     totals = {name: TokenCounts() for name in modes}
     for step in range(args.steps):
         tasks = rng.choice(train_seeds, size=config.optim.tasks_per_step, replace=False)
-        order = list(modes) if step % 2 == 0 else list(modes)[::-1]
+        order = list(modes)[step % 3:] + list(modes)[:step % 3]  # each mode first in turn
         for name in order:
             backend.reset_cache()
             tick = time.perf_counter()
@@ -71,13 +74,16 @@ def main() -> None:
     result = {
         "sync_s": round(seconds["sync"], 3),
         "unsync_s": round(seconds["unsync"], 3),
+        "continuous_s": round(seconds["continuous"], 3),
         "unsync_over_sync": round(seconds["unsync"] / seconds["sync"], 4),
+        "continuous_over_sync": round(seconds["continuous"] / seconds["sync"], 4),
         "sync_backend_calls_per_step": round(calls["sync"] / args.steps, 2),
         "unsync_backend_calls_per_step": round(calls["unsync"] / args.steps, 2),
         "sync_leaves_per_step": round(totals["sync"].leaves / args.steps, 2),
         "unsync_leaves_per_step": round(totals["unsync"].leaves / args.steps, 2),
         "sync_generated_per_step": round(totals["sync"].generated / args.steps, 1),
         "unsync_generated_per_step": round(totals["unsync"].generated / args.steps, 1),
+        "continuous_generated_per_step": round(totals["continuous"].generated / args.steps, 1),
         "steps": args.steps,
         "tasks_per_step": config.optim.tasks_per_step,
         "config": Path(args.config).name,

@@ -39,7 +39,10 @@ warmth hit both. Prints a table and, as its last line, one JSON object:
 
 Both run on the unsynchronised engine (each of a task's M trees expanded as soon as its chain
 ends); ``--synchronous`` runs the released code's batched rounds instead (the trainer's
-default; ``bench/engine_step.py`` times the two on the default training's batches).
+default; ``bench/engine_step.py`` times the two on the default training's batches). Then
+both settings run again with continuous batching (``RolloutConfig.continuous``: a request
+joins the running decode batch when its observation is ready, and each reply's environment
+step starts when that reply ends): the ``continuous_*`` figures.
 
 Usage: ``python bench/rollout_cost.py --quick`` (a few minutes) or without ``--quick``.
 """
@@ -47,6 +50,7 @@ Usage: ``python bench/rollout_cost.py --quick`` (a few minutes) or without ``--q
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import time
@@ -151,6 +155,17 @@ def main() -> None:
                                        TurnFormat(ByteTokenizer()), swe, swe_seeds,
                                        swe_settings, swe_repeats, swe_batch)
 
+    # The same comparisons with continuous batching (requests join the running decode batch;
+    # each reply's environment step starts when that reply ends).
+    streaming = dataclasses.replace(settings, synchronous=False, continuous=True)
+    c_walls, c_totals, _ = compare(lambda: HFBackend(policy.model, pad_token_id=pad),
+                                   policy.turn_format(), lake, seeds, streaming, repeats,
+                                   per_batch)
+    swe_streaming = dataclasses.replace(swe_settings, synchronous=False, continuous=True)
+    c_swe_walls, _, _ = compare(lambda: HFBackend(byte_model, pad_token_id=0),
+                                TurnFormat(ByteTokenizer()), swe, swe_seeds, swe_streaming,
+                                swe_repeats, swe_batch)
+
     t, c = totals["tree"], totals["chain"]
     st, sc = swe_totals["tree"], swe_totals["chain"]
 
@@ -170,6 +185,12 @@ def main() -> None:
         "swe_tree_over_chain_wall_per_leaf": ratio(swe_walls),
         "chain_computed_over_unique": round(c.computed / max(c.unique, 1), 4),
         "chain_forwarded_over_unique": round(c.forwarded_over_unique, 4),
+        "continuous_tree_over_chain_wall_per_leaf": ratio(c_walls),
+        "continuous_swe_tree_over_chain_wall_per_leaf": ratio(c_swe_walls),
+        "continuous_tree_wall_per_leaf_ms": round(1000 * statistics.median(c_walls["tree"]), 2),
+        "continuous_chain_wall_per_leaf_ms": round(1000 * statistics.median(c_walls["chain"]),
+                                                   2),
+        "continuous_forwarded_over_unique": round(c_totals["tree"].forwarded_over_unique, 4),
         "tree_generated_per_leaf": round(t.generated / max(t.leaves, 1), 2),
         "chain_generated_per_leaf": round(c.generated / max(c.leaves, 1), 2),
         "tree_computed_per_leaf": round(t.computed / max(t.leaves, 1), 2),

@@ -226,6 +226,28 @@ class UpdatableBackend(GenerationBackend, Protocol):
         ...
 
 
+@runtime_checkable
+class StreamingBackend(GenerationBackend, Protocol):
+    """A backend that decodes requests continuously: an optional protocol. Requests join the
+    running decode batch as they are submitted, and each finishes as soon as its own reply
+    ends, whatever the others do (continuous batching, as vLLM and SGLang schedule). The
+    engine uses it with ``RolloutConfig.continuous``."""
+
+    def submit(self, requests: Sequence[GenerationRequest],
+               params: SamplingParams) -> list[int]:
+        """Queue requests for the running batch; one ticket each (all with one ``params``)."""
+        ...
+
+    def advance(self) -> list[tuple[int, Completion]]:
+        """Join what is queued, decode one step; the requests that finished, by ticket."""
+        ...
+
+    @property
+    def busy(self) -> bool:
+        """Whether submitted requests are still queued or decoding."""
+        ...
+
+
 # --------------------------------------------------------------------------------------------
 # Process scorers
 # --------------------------------------------------------------------------------------------

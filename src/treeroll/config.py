@@ -140,6 +140,11 @@ class HFBackendConfig:
     max_kept_logits_mib: int = checked(256, ge=0)
     """Bound of the kept logits in MiB (least recently used dropped first): vocabulary size
     times 4 bytes an entry (2.4 KiB for ``frozenlake-tiny``, 600 KiB for a 150k vocabulary)."""
+    join_fraction: float = checked(0.25, ge=0.0)
+    """With ``rollout.continuous``: queued requests join the running decode batch when they
+    number this share of the requests decoding (each join costs a prefill forward)."""
+    join_wait: int = checked(4, ge=0)
+    """With ``rollout.continuous``: ... or when they have waited this many decode steps."""
 
 
 @dataclass
@@ -504,6 +509,13 @@ def _optim_problems(config: Any) -> list[tuple[str, str]]:
     if optim.behaviour_lag and backend != "hf":
         found.append(("--optim.behaviour-lag", f"is {optim.behaviour_lag}, which needs the "
                       f"in-process 'hf' backend (a second copy of the model), not {backend!r}"))
+    rollout = getattr(config, "rollout", None)
+    if rollout is not None and rollout.continuous and rollout.synchronous:
+        found.append(("--rollout.continuous", "is on, which needs --rollout.synchronous false "
+                      "(continuous batching has no rounds)"))
+    if rollout is not None and rollout.continuous and backend in ("llamacpp", "vllm", "sglang"):
+        found.append(("--rollout.continuous", f"is on, which needs a streaming backend (the "
+                      f"in-process 'hf'), not {backend!r}"))
     defaults = type(loss)()
     if loss.objective == "truncated_is":
         found += [(f"--optim.loss.{key.replace('_', '-')}", f"is {getattr(loss, key)}, which "

@@ -23,6 +23,14 @@ finish, nor on which other trees share its batch (or its worker); with ``env_wor
 and a token budget, how a tree's remaining tokens split between its units does (they are
 reserved as each unit is sent).
 
+``RolloutConfig.continuous`` (unsynchronised only) drops the last barrier, the backend call:
+with a :class:`~treeroll.base.StreamingBackend` a ready branch's request is submitted to the
+running decode batch at once, and the engine advances the backend one decode step at a time,
+starting each finished reply's environment step immediately (continuous batching, as vLLM and
+SGLang schedule). The trees are the unsynchronised engine's: request seeds come from the
+branch's path, not from its batch (within float rounding of the batch's arithmetic, and with
+node ids numbered in the order branches finish).
+
 Budget rule (stated because the papers do not): a tree never generates more than its token
 budget nor ends with more than its leaf budget (both from the :class:`~treeroll.base.Allocator`;
 the default gives every tree ``max_generated_tokens`` and ``max_leaves``). Before a frontier is
@@ -78,6 +86,7 @@ from treeroll.base import (
     StepResult,
     Strategy,
     StrategyContext,
+    StreamingBackend,
     UnitStrategy,
 )
 from treeroll.budgets import add_budget, clip_order, token_caps
@@ -161,6 +170,8 @@ class _Engine:
         self.allocator, self.seed, self.rng, self.on_turn = allocator, seed, rng, on_turn
         self.timing = timing
         self.sync = bool(config.synchronous)
+        self.continuous = bool(getattr(config, "continuous", False)) and not self.sync
+        self.waiting: dict[int, _Branch] = {}  # continuous: ticket -> branch being decoded
         self.use_units = not self.sync and isinstance(strategy, UnitStrategy)
         self.ready: list[_Branch] = []
         self.stepping: list[_Branch] = []
@@ -173,11 +184,13 @@ class _Engine:
         """Drive every tree until all are idle and the allocator grants nothing more."""
         try:
             while True:
+                if self.continuous:
+                    self._run_continuous()
                 while self.ready or self.stepping:
                     called = bool(self.ready) and not (self.sync and self.stepping)
                     if called:
                         self._generate()
-                    self._absorb(self._collect())
+                    self._absorb(self._collect(may_wait=not self.ready))
                     if called and self.on_turn is not None:
                         self.on_turn(self.turns, len(self.ready))
                 if not self._allocate():
@@ -186,16 +199,42 @@ class _Engine:
             if self.pool is not None:
                 self.pool.shutdown(wait=True, cancel_futures=True)
 
-    def _generate(self) -> None:
-        """One backend call for every ready branch; start their environment steps."""
-        self.turns += 1
-        batch, self.ready = self.ready, []
+    def _run_continuous(self) -> None:
+        """Continuous batching: ready branches join the backend's running decode batch; each
+        decode step's finished replies start their environment steps at once."""
+        backend: StreamingBackend = self.backend  # type: ignore[assignment]
+        while self.ready or self.stepping or self.waiting:
+            done: list[tuple[int, Completion]] = []
+            if self.ready:
+                batch, self.ready = self.ready, []
+                tickets = backend.submit(self._requests(batch), self.params)
+                self.waiting.update(zip(tickets, batch, strict=True))
+            if self.waiting:
+                self.turns += 1
+                tick = time.perf_counter()
+                done = backend.advance()
+                self.timing["generate"] += time.perf_counter() - tick
+                for ticket, completion in done:
+                    self._start_step(self.waiting.pop(ticket), completion)
+            self._absorb(self._collect(may_wait=not self.ready and not self.waiting))
+            if done and self.on_turn is not None:  # live: queued or decoding
+                self.on_turn(self.turns, len(self.ready) + len(self.waiting))
+
+    def _requests(self, batch: list[_Branch]) -> list[GenerationRequest]:
+        """One request per branch: its context, its token cap, its seed."""
         requests = []
         for branch in batch:
             if branch.seed is None:  # synchronous: drawn in call order, as the lockstep loop
                 branch.seed = int(self.rng.integers(2**62))
             requests.append(GenerationRequest(prompt_ids=self.runs[branch.tree].contexts[
                 branch.node.id], max_new_tokens=branch.cap, seed=branch.seed))
+        return requests
+
+    def _generate(self) -> None:
+        """One backend call for every ready branch; start their environment steps."""
+        self.turns += 1
+        batch, self.ready = self.ready, []
+        requests = self._requests(batch)
         tick = time.perf_counter()
         completions = self.backend.generate(requests, self.params)
         self.timing["generate"] += time.perf_counter() - tick
@@ -203,25 +242,30 @@ class _Engine:
             raise RuntimeError(f"the backend returned {len(completions)} completions for "
                                f"{len(batch)} requests")
         for branch, completion in zip(batch, completions, strict=True):
-            branch.completion = completion
-            branch.action_text = self.turn_format.decode_action(completion.token_ids)
-            branch.state = BranchState.WAITING_ENV
-            if self.pool is None:
-                tick = time.perf_counter()
-                branch.result = safe_step(branch.env, branch.action_text)
-                self.timing["env"] += time.perf_counter() - tick
-            else:
-                branch.future = self.pool.submit(timed_step, branch.env, branch.action_text)
-            self.stepping.append(branch)
+            self._start_step(branch, completion)
 
-    def _collect(self) -> list[_Branch]:
+    def _start_step(self, branch: _Branch, completion: Completion) -> None:
+        """The branch's reply is in: step its environment (inline, or on the pool)."""
+        branch.completion = completion
+        branch.action_text = self.turn_format.decode_action(completion.token_ids)
+        branch.state = BranchState.WAITING_ENV
+        if self.pool is None:
+            tick = time.perf_counter()
+            branch.result = safe_step(branch.env, branch.action_text)
+            self.timing["env"] += time.perf_counter() - tick
+        else:
+            branch.future = self.pool.submit(timed_step, branch.env, branch.action_text)
+        self.stepping.append(branch)
+
+    def _collect(self, may_wait: bool) -> list[_Branch]:
         """Branches whose environment step is done, in the order they were sent. Waits for
-        all of them (synchronous), for at least one (nothing ready to generate), or for none."""
+        all of them (synchronous), for at least one (``may_wait``: nothing else to do), or
+        for none."""
         if self.pool is not None and self.stepping:
             futures = [b.future for b in self.stepping if b.future is not None]
             if self.sync:
                 wait(futures)
-            elif not self.ready:
+            elif may_wait:
                 wait(futures, return_when=FIRST_COMPLETED)
             for branch in self.stepping:
                 if branch.future is not None and branch.future.done():

@@ -243,7 +243,8 @@ def _hf_backend(config: Any, policy: Any) -> GenerationBackend:
     return HFBackend(policy.model, pad_token_id=policy.tokenizer.pad_token_id or 0,
                      max_batch_size=hf.max_batch_size, max_cached_tokens=hf.max_cached_tokens,
                      use_prefix_cache=hf.use_prefix_cache, keep_logits=hf.keep_logits,
-                     replay=hf.replay, max_kept_logits_bytes=hf.max_kept_logits_mib * 2**20)
+                     replay=hf.replay, max_kept_logits_bytes=hf.max_kept_logits_mib * 2**20,
+                     join_fraction=hf.join_fraction, join_wait=hf.join_wait)
 
 
 BACKENDS.register("hf", _hf_backend)

@@ -19,7 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from treeroll.base import Allocator, Env, GenerationBackend, ProcessScorer, Score, Strategy
+from treeroll.base import (
+    Allocator,
+    Env,
+    GenerationBackend,
+    ProcessScorer,
+    Score,
+    Strategy,
+    StreamingBackend,
+)
 from treeroll.checks import checked, validate
 from treeroll.engine import run_engine
 from treeroll.formatting import TurnFormat
@@ -60,6 +68,13 @@ class RolloutConfig:
     env_workers: int = checked(0, ge=0)
     """Threads stepping environments beside generation (0: inline; use > 0 for slow
     environments such as SWE tasks, whose commands run side by side)."""
+    continuous: bool = False
+    """Continuous batching (needs ``synchronous`` False and a backend with ``submit`` /
+    ``advance``, :class:`~treeroll.base.StreamingBackend`, such as the HF backend): a branch's
+    request joins the running decode batch as soon as its observation is ready, and its
+    environment step starts as soon as its own reply ends, instead of once per backend call
+    after the call's longest reply. The trees are those of the unsynchronised engine (request
+    seeds do not depend on the batch), within float rounding."""
 
 
 class TimedScorer:
@@ -109,7 +124,14 @@ def rollout(
     ``allocator`` decides each tree's budget (default: ``config.max_leaves`` and
     ``config.max_generated_tokens`` for every tree, once); ``on_turn(calls, ready)`` is
     called after each backend call's steps are absorbed."""
-    validate(config, "rollout")
+    found = []
+    if config.continuous and config.synchronous:
+        found.append(("rollout.continuous", "needs rollout.synchronous false (continuous "
+                         "batching has no rounds)"))
+    if config.continuous and not isinstance(backend, StreamingBackend):
+        found.append(("rollout.continuous", f"needs a backend with submit/advance/busy "
+                         f"(treeroll.base.StreamingBackend); {type(backend).__name__} has none"))
+    validate(config, "rollout", found)
     start = time.perf_counter()
     timing = {"generate": 0.0, "env": 0.0, "score": 0.0}
     timed = TimedScorer(scorer) if scorer is not None else None

@@ -321,19 +321,19 @@ class TokenCounts:
 
     @property
     def computed_over_unique(self) -> float:
-        """Generated plus prefilled tokens over the trie's tokens. Above 1.0 even for a
-        perfect engine: a turn's last sampled token counts once as generated and again as
-        prefilled in the next turn (it is fed once, in that prefill), and a turn that repeats
-        an earlier turn of another call is decoded again (``replayed``)."""
+        """Generated plus prefilled tokens (less shared and reused) over the trie's tokens.
+        Above 1.0 even for a perfect engine: a turn's last sampled token counts once as
+        generated and again as prefilled in the next turn, where it is fed once
+        (``computed - forwarded``)."""
         return self.computed / max(self.unique, 1)
 
     @property
     def forwarded_over_unique(self) -> float:
         """Tokens fed through the model over the trie tokens that must be fed (the trie's
         tokens less those nothing follows): 1.0 means every position the trees' contexts
-        hold was fed exactly once across the whole batch; the excess is turns decoded again
-        although an earlier call had sampled them in the same context (``replayed`` less
-        ``shared``)."""
+        hold was fed exactly once across the whole batch; an excess means repeated turns
+        (``replayed``) that the backend neither shared in one call nor reused from kept
+        logits."""
         return self.forwarded / max(self.unique - self.unique_ends, 1)
 
     @property

@@ -39,36 +39,16 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from treeroll.backends.hf_decode import DecodeBatch, Prefilled, _Row
 from treeroll.backends.kv_trie import KV, KVTrie
 from treeroll.backends.weights import model_device, take_weights
 from treeroll.base import Completion, GenerationRequest, SamplingParams
 
 __all__ = ["HFBackend", "KVTrie"]  # KVTrie lives in treeroll.backends.kv_trie
-
-@dataclass
-class _Row:
-    """One request being decoded."""
-
-    index: int  # position in the caller's request list
-    prompt: tuple[int, ...]
-    max_new: int
-    generator: torch.Generator | None
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    entropies: list[float] = field(default_factory=list)
-    top: list[list[tuple[int, float]]] = field(default_factory=list)
-    prefill: int = 0
-    cached: int = 0
-    shared: int = 0  # sampled tokens an earlier request of the call holds in the same context
-    reused: int = 0  # sampled tokens, not its last, this request did not feed (kept logits)
-    context: tuple[int, ...] = ()  # what the prefill continues: the prompt, then replayed tokens
-    finish: str = ""
-
 
 class HFBackend:
     """Generation with a transformers causal LM on the CPU (or one GPU), KV reuse included.
@@ -85,7 +65,8 @@ class HFBackend:
     def __init__(self, model: Any, *, max_batch_size: int = 64, use_prefix_cache: bool = True,
                  max_cached_tokens: int = 262_144, pad_token_id: int = 0,
                  keep_logits: bool = True, max_kept_logits: int = 131_072,
-                 max_kept_logits_bytes: int = 256 * 2**20, replay: bool = True) -> None:
+                 max_kept_logits_bytes: int = 256 * 2**20, replay: bool = True,
+                 join_fraction: float = 0.25, join_wait: int = 4) -> None:
         self.model = model
         self.max_batch_size = max_batch_size
         self.use_prefix_cache = use_prefix_cache
@@ -97,6 +78,11 @@ class HFBackend:
         self.replay = replay and self.keep_logits
         self._logits: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
         self._kept_bytes = 0
+        self._stream: DecodeBatch | None = None  # the continuous batch (submit / advance)
+        self._queued: list[_Row] = []
+        self._tickets = 0
+        self.join_fraction, self.join_wait = join_fraction, join_wait
+        self._waited = 0  # decode steps the queue has waited
         self.stats = {"forward_tokens": 0, "generated": 0, "prefill": 0, "cached": 0,
                       "refed": 0, "reused": 0}
         """Totals since construction: tokens fed through the model, generated, prefilled and
@@ -106,7 +92,11 @@ class HFBackend:
         instead of being fed."""
 
     def reset_cache(self) -> None:
-        """Forget every cached prefix and kept logits (call after each weight update)."""
+        """Forget every cached prefix and kept logits (call after each weight update; not
+        while a stream is decoding)."""
+        if self._stream is not None:
+            raise RuntimeError("reset_cache: requests submitted to the stream are still "
+                               "decoding; advance until busy is False first")
         self.trie.clear()
         self._logits.clear()
         self._kept_bytes = 0
@@ -118,6 +108,62 @@ class HFBackend:
         take_weights(self.model, state_dict)
         self.reset_cache()
 
+    # ---------------------------------------------------------------- continuous batching
+    def submit(self, requests: Sequence[GenerationRequest], params: SamplingParams) -> list[int]:
+        """Queue requests for the running decode batch; returns one ticket each. They join it
+        at the next :meth:`advance` (up to ``max_batch_size`` requests decode at once; the
+        rest wait in order). Every request of one stream uses the same ``params``."""
+        if self._stream is not None and self._stream.params != params:
+            raise ValueError("submit: every request of a running stream must use the same "
+                             f"sampling parameters (running {self._stream.params}, got {params})")
+        if self._stream is None:
+            self._stream = DecodeBatch(self, params)
+        tickets = list(range(self._tickets, self._tickets + len(requests)))
+        self._tickets += len(requests)
+        self._queued.extend(self._rows(requests, tickets, params))
+        return tickets
+
+    @torch.no_grad()
+    def advance(self) -> list[tuple[int, Completion]]:
+        """Join queued requests to the decode batch (a request its kept logits replay to the
+        end finishes at once), then decode every request one token. Returns the requests that
+        finished, as ``(ticket, completion)``, in no particular order."""
+        stream = self._stream
+        if stream is None:
+            return []
+        finished: list[_Row] = []
+        if self._queued and self._join_now(stream.live):
+            self._waited = 0
+            room = max(self.max_batch_size - stream.live, 0)
+            joining, self._queued = self._queued[:room], self._queued[room:]
+            if self.replay:
+                for row in joining:
+                    self._replay(row, stream.params)
+            finished.extend(row for row in joining if row.finish)
+            todo = [row for row in joining if not row.finish]
+            if todo:
+                stream.join(self._prefill_rows(todo))
+        if stream.live:
+            finished.extend(stream.step())
+            self._waited += bool(self._queued)
+        self._count(finished)
+        done = [(row.index, row.completion(stream.params)) for row in finished]
+        if not stream.live and not self._queued:
+            self._stream = None
+        return done
+
+    def _join_now(self, live: int) -> bool:
+        """Whether the queue joins the decode batch at this step. Each join costs a prefill
+        forward, so requests join in rounds: when nothing is decoding, when the queue holds
+        ``join_fraction`` of the live requests, or when it has waited ``join_wait`` steps."""
+        return (not live or len(self._queued) >= self.join_fraction * live
+                or self._waited >= self.join_wait)
+
+    @property
+    def busy(self) -> bool:
+        """Whether submitted requests are still queued or decoding."""
+        return self._stream is not None
+
     def generate(self, requests: Sequence[GenerationRequest],
                  params: SamplingParams) -> list[Completion]:
         """Sample one continuation per request; see the module docstring for how."""
@@ -128,12 +174,7 @@ class HFBackend:
         for start in range(0, len(requests), self.max_batch_size):
             chunk = order[start:start + self.max_batch_size]
             for row in self._generate_batch([requests[i] for i in chunk], chunk, params):
-                out[row.index] = Completion(
-                    token_ids=row.tokens, logprobs=row.logprobs, finish_reason=row.finish,
-                    prefill_tokens=row.prefill, cached_tokens=row.cached,
-                    shared_tokens=row.shared, reused_tokens=row.reused,
-                    entropy=(sum(row.entropies) / len(row.entropies)) if row.entropies else None,
-                    top_logprobs=row.top if params.top_logprobs else None)
+                out[row.index] = row.completion(params)
         return [c for c in out if c is not None]
 
     # ----------------------------------------------------------------------------------------
@@ -142,6 +183,22 @@ class HFBackend:
     def _generate_batch(self, requests: list[GenerationRequest], indices: list[int],
                         params: SamplingParams) -> list[_Row]:
         """Sample every request of one chunk: replay what kept logits allow, decode the rest."""
+        rows = self._rows(requests, indices, params)
+        if self.replay:
+            for row in rows:
+                self._replay(row, params)
+        todo = [row for row in rows if not row.finish]
+        if todo:
+            batch = DecodeBatch(self, params)
+            batch.join(self._prefill_rows(todo))
+            while batch.live:
+                batch.step()
+        self._count(rows)
+        return rows
+
+    def _rows(self, requests: Sequence[GenerationRequest], indices: Sequence[int],
+              params: SamplingParams) -> list[_Row]:
+        """Checked requests as rows to decode."""
         rows = []
         for req, index in zip(requests, indices, strict=True):
             if not req.prompt_ids:
@@ -155,22 +212,17 @@ class HFBackend:
             prompt = tuple(req.prompt_ids)
             rows.append(_Row(index=index, prompt=prompt, max_new=max_new, generator=gen,
                              context=prompt))
-        if self.replay:
-            for row in rows:
-                self._replay(row, params)
-        todo = [row for row in rows if not row.finish]
-        if todo:
-            self._decode(todo, params)
+        return rows
+
+    def _count(self, rows: Sequence[_Row]) -> None:
         for row in rows:
             self.stats["generated"] += len(row.tokens)
             self.stats["prefill"] += row.prefill
             self.stats["cached"] += row.cached
             self.stats["reused"] += row.reused
-        return rows
 
-    def _decode(self, rows: list[_Row], params: SamplingParams) -> None:
-        """Prefill what the cache lacks of each row's context, then decode every row in one
-        padded batch until all have finished."""
+    def _prefill_rows(self, rows: list[_Row]) -> Prefilled:
+        """Prefill what the cache lacks of each row's context (kept logits need none)."""
         # Requests with the same context share one prefill: the first is forwarded, the rest
         # repeat its cache rows.
         unique: dict[tuple[int, ...], int] = {}
@@ -206,55 +258,8 @@ class HFBackend:
             first_seen.add(u)
 
         cache, mask, next_pos, logits = self._prefill(prompts, matched, feeds, kept)
-        # One batch row per distinct history (prompt and tokens so far): requests that sampled
-        # the same tokens from the same context share a row, so identical sibling turns are
-        # forwarded once, and a row is copied only where its requests' samples part. Each
-        # request still samples with its own generator from its row's logits, so its tokens
-        # are those it would sample alone given those logits.
-        row_of = list(owner)  # request -> batch row
-        live = list(range(len(rows)))
-        while True:
-            tokens = self._sample(logits[torch.tensor([row_of[i] for i in live])],
-                                  [rows[i] for i in live], params)
-            following: dict[tuple[int, int], int] = {}  # (batch row, token) -> next batch row
-            continuing, stored = [], set()
-            for b, i in enumerate(live):
-                row, key = rows[i], (row_of[i], int(tokens[b]))
-                if key in following:
-                    row.shared += 1  # an earlier request holds this very token in this context
-                else:
-                    following[key] = len(following)
-                if row.tokens[-1] in params.stop_token_ids:
-                    row.finish = "stop"
-                elif len(row.tokens) >= row.max_new:
-                    row.finish = "length"
-                else:
-                    continuing.append((i, key))
-                    continue
-                if self.use_prefix_cache and row_of[i] not in stored:
-                    stored.add(row_of[i])
-                    self._store(row, cache, mask, row_of[i])
-            if not continuing:
-                break
-            fed: dict[tuple[int, int], int] = {}  # the next batch: the continuing keys
-            contexts: dict[int, tuple[int, ...]] = {}  # batch row -> the context it feeds
-            for i, key in continuing:
-                row_of[i] = fed.setdefault(key, len(fed))
-                if self.replay and row_of[i] not in contexts:
-                    contexts[row_of[i]] = rows[i].prompt + tuple(rows[i].tokens)
-            parents = [b for b, _ in fed]
-            if parents != list(range(mask.shape[0])):
-                select = torch.tensor(parents)
-                cache.batch_select_indices(select)
-                mask, next_pos = mask[select], next_pos[select]
-            live = [i for i, _ in continuing]
-            mask = torch.cat([mask, torch.ones(len(fed), 1, dtype=mask.dtype)], dim=1)
-            step = torch.tensor([token for _, token in fed])
-            logits = self._forward(step[:, None], mask, next_pos[:, None], cache)[:, -1]
-            self.stats["forward_tokens"] += len(fed)
-            for b, context in contexts.items():
-                self._keep(context, logits[b])
-            next_pos = next_pos + 1
+        return Prefilled(rows=rows, owner=owner, cache=cache, mask=mask, next_pos=next_pos,
+                         logits=logits)
 
     def _prefill(self, prompts: list[tuple[int, ...]], matched: list[tuple[int, list[KV]]],
                  feeds: list[tuple[int, ...]], kept: dict[int, tuple[torch.Tensor, list[KV]]]
