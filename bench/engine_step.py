@@ -11,7 +11,8 @@ first in turn. The update is the same code every way, so the rollout is the part
 the engine changes.
 
 Last line: one JSON object with the summed seconds of each mode, ``unsync_over_sync`` (< 1:
-the new default is faster), ``continuous_over_sync``, backend calls per step, leaves and generated tokens per step.
+the new default is faster), ``continuous_over_sync``, backend calls per step, leaves and
+generated tokens per step.
 
     python bench/engine_step.py            # 8 steps (about 3 minutes)
 """

@@ -281,6 +281,30 @@ def test_a_reply_that_repeats_an_earlier_calls_reply_is_replayed_without_a_forwa
     assert off.stats["forward_tokens"] - off_before == len(first.token_ids) - 1
 
 
+def test_a_replay_that_parts_after_its_first_token_samples_that_token_once(
+        tiny_model, word_tokenizer) -> None:
+    """An earlier 1-token reply kept only its prompt's logits: a longer repeat replays the
+    first token from them and the prefill feeds it; the token is sampled once (not undone and
+    sampled again by the decode batch), and the reply is a fresh backend's."""
+    node = _random_prompts(len(word_tokenizer), [9], seed=11)[0]
+    backend = HFBackend(tiny_model)
+    backend.generate([GenerationRequest(node)],
+                     SamplingParams(temperature=0.0, max_new_tokens=1, stop_token_ids=()))
+    sampled = []
+    sample = backend._sample
+    backend._sample = lambda logits, rows, params: (  # type: ignore[method-assign]
+        sampled.append(len(rows)), sample(logits, rows, params))[1]
+    longer = SamplingParams(temperature=0.0, max_new_tokens=4, stop_token_ids=())
+    before = backend.stats["forward_tokens"]
+    out = backend.generate([GenerationRequest(node)], longer)[0]
+    fresh = HFBackend(tiny_model).generate([GenerationRequest(node)], longer)[0]
+    assert out.token_ids == fresh.token_ids
+    assert out.logprobs == pytest.approx(fresh.logprobs, abs=1e-5)
+    assert sum(sampled) == len(out.token_ids) == 4
+    assert (out.reused_tokens, out.prefill_tokens, out.cached_tokens) == (0, 0, len(node))
+    assert backend.stats["forward_tokens"] - before == 3  # t0, t1, t2 fed; t3 never
+
+
 def test_load_weights_replaces_the_weights_and_forgets_the_cache(tiny_model, word_tokenizer
                                                                   ) -> None:
     prompt = _random_prompts(len(word_tokenizer), [10], seed=2)[0]

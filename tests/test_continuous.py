@@ -71,6 +71,48 @@ def test_a_stream_refuses_other_sampling_parameters_and_a_reset_while_decoding(
     backend.reset_cache()
 
 
+def test_a_running_batch_drops_the_left_padding_of_rows_that_finished(tiny_model,
+                                                                      word_tokenizer) -> None:
+    """A long prompt that finishes early leaves the short one's left padding behind; the
+    batch drops it, so its width is the live row's length, not the longest past it ever
+    held."""
+    long, short = _random_prompts(len(word_tokenizer), [40, 5], seed=4)
+    params = SamplingParams(max_new_tokens=8, stop_token_ids=())
+    backend = HFBackend(tiny_model, replay=False)
+    backend.submit([GenerationRequest(long, seed=0, max_new_tokens=2),
+                    GenerationRequest(short, seed=1)], params)
+    done = dict(backend.advance())
+    done.update(backend.advance())
+    assert list(done) == [0]  # the long prompt's 2 tokens are out; the short one decodes on
+    stream = backend._stream
+    assert stream is not None and stream.live == 1
+    assert stream.mask.shape[1] == int(stream.mask.sum()) == len(short) + 2
+    assert all(layer.keys.shape[2] == len(short) + 2 for layer in stream.cache.layers)
+    done.update(_drain(backend))
+    alone = HFBackend(tiny_model).generate([GenerationRequest(short, seed=1)], params)[0]
+    assert done[1].token_ids == alone.token_ids  # type: ignore[attr-defined]
+
+
+def test_queued_requests_join_in_rounds(tiny_model, word_tokenizer) -> None:
+    """With ``join_fraction=1`` a lone request queued beside two decoding ones waits for
+    ``join_wait`` decode steps, then joins (one prefill forward for a round, not one a step);
+    it samples what it samples alone."""
+    prompts = _random_prompts(len(word_tokenizer), [6, 8, 7], seed=6)
+    params = SamplingParams(max_new_tokens=10, stop_token_ids=())
+    backend = HFBackend(tiny_model, replay=False, join_fraction=1.0, join_wait=3)
+    backend.submit([GenerationRequest(p, seed=i) for i, p in enumerate(prompts[:2])], params)
+    backend.advance()
+    backend.submit([GenerationRequest(prompts[2], seed=2)], params)
+    live = []
+    for _ in range(4):
+        backend.advance()
+        live.append(backend._stream.live)  # type: ignore[union-attr]
+    assert live == [2, 2, 2, 3]
+    done = _drain(backend)
+    alone = HFBackend(tiny_model).generate([GenerationRequest(prompts[2], seed=2)], params)[0]
+    assert done[2].token_ids == alone.token_ids  # type: ignore[attr-defined]
+
+
 def _paths(batch) -> list[tuple]:  # type: ignore[no-untyped-def]
     """Every tree as the sorted root-to-leaf paths of (action tokens, reward, status): node
     ids follow the order in which branches finish, which continuous batching changes."""
@@ -85,8 +127,9 @@ def _paths(batch) -> list[tuple]:  # type: ignore[no-untyped-def]
 ], ids=["chain", "tree_grpo", "patr"])
 def test_continuous_batching_gives_the_unsynchronised_engines_trees(
         tiny_model, word_tokenizer, strategy, scorer) -> None:
-    """Same trees as backend calls per round, fewer decode steps in total (no reply waits
-    for its call's longest), and the accounting still equals the backend's forwards."""
+    """Same trees as backend calls per round (compared as sets of paths: node ids follow the
+    order branches finish in), the same tokens generated, and the accounting still equals
+    the backend's forwards."""
     fmt = TurnFormat(word_tokenizer)
     runs = {}
     for continuous in (False, True):

@@ -210,8 +210,7 @@ class HFBackend:
             if req.seed is not None:
                 gen = torch.Generator().manual_seed(int(req.seed))
             prompt = tuple(req.prompt_ids)
-            rows.append(_Row(index=index, prompt=prompt, max_new=max_new, generator=gen,
-                             context=prompt))
+            rows.append(_Row(index=index, prompt=prompt, max_new=max_new, generator=gen))
         return rows
 
     def _count(self, rows: Sequence[_Row]) -> None:
@@ -246,7 +245,7 @@ class HFBackend:
         feeds = [p[m:] for p, (m, _) in zip(prompts, matched, strict=True)]
         first_seen: set[int] = set()
         for row, u in zip(rows, owner, strict=True):
-            if row.reused:  # replayed: its prompt is cached, its last replayed token is fed
+            if row.tokens:  # replayed: its prompt is cached, its last replayed token is fed
                 row.cached = len(row.prompt)
                 if u in first_seen:  # ... by the earlier row of the same context
                     row.reused += 1
@@ -398,10 +397,11 @@ class HFBackend:
         """Sample ``row`` from kept logits for as long as they follow its context: a turn that
         repeats one an earlier call sampled in the same context (a sharp policy's Tree-GRPO
         expansion re-sampling its chain's turn) costs no forward. The row then either has
-        finished (``reused`` = its tokens but the last) or continues from ``context`` = the
-        prompt and the replayed tokens, whose last the prefill feeds (``reused`` = the tokens
-        before it). A replay that stops after the first token, or whose context's KV is no
-        longer in the trie, is undone (generator included) and the row decodes as usual."""
+        finished (``reused`` = its tokens but the last) or continues from its ``context`` =
+        the prompt and the replayed tokens, whose last the prefill feeds (``reused`` = the
+        tokens before it; a replay that stops after the first token hands that token to the
+        prefill, sampled once). A replay whose context's KV is no longer in the trie is undone
+        (generator included) and the row decodes as usual."""
         logits = self._logits.get(row.prompt)
         if logits is None or (row.generator is None and params.temperature != 0):
             return
@@ -424,8 +424,8 @@ class HFBackend:
         if row.finish:
             row.reused, row.cached = len(row.tokens) - 1, len(row.prompt)
             return
-        if len(row.tokens) > 1 and self.trie.match_length(context) >= len(context) - 1:
-            row.context, row.reused = context, len(row.tokens) - 1
+        if self.trie.match_length(context) >= len(context) - 1:
+            row.reused = len(row.tokens) - 1
             return
         if row.generator is not None and state is not None:  # undo: decode as usual
             row.generator.set_state(state)

@@ -39,8 +39,13 @@ class _Row:
     cached: int = 0
     shared: int = 0  # sampled tokens an earlier request of the call holds in the same context
     reused: int = 0  # sampled tokens, not its last, this request did not feed (kept logits)
-    context: tuple[int, ...] = ()  # what the prefill continues: the prompt, then replayed tokens
     finish: str = ""
+
+    @property
+    def context(self) -> tuple[int, ...]:
+        """What the prefill continues (read before decoding starts): the prompt, then the
+        tokens replayed from kept logits."""
+        return self.prompt + tuple(self.tokens)
 
     def completion(self, params: SamplingParams) -> Completion:
         """What the caller gets back."""
