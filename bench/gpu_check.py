@@ -11,7 +11,9 @@ script checks what treeroll runs on the GPU with PyTorch alone:
   take log-softmax in float32, so to float32's precision, relative 1e-6);
 * ``rollout``: the HF backend with its KV-cache trie samples Tree-GRPO trees and matched
   chains from the shipped base on the GPU (``bench/rollout_cost.py``'s measurement, rLLM
-  FrozenLake): ``computed_over_unique`` and tree over chain wall time per leaf.
+  FrozenLake): ``computed_over_unique`` and tree over chain wall time per leaf;
+* ``continuous``: the same with continuous batching against backend calls per round, and
+  whether both give the same trees on the GPU.
 
 Each check reports ``ok`` and, when it fails, the error's last line (the traceback goes to
 stderr): what breaks on a GPU is the finding. Prints one JSON line last.
@@ -137,6 +139,49 @@ def rollout_on_gpu(quick: bool) -> dict[str, Any]:
     return {**summary(walls, totals), "tasks": per_batch * repeats}
 
 
+def continuous_on_gpu(quick: bool) -> dict[str, Any]:
+    """Continuous batching (``rollout.continuous``) against backend calls per round (both
+    unsynchronised) on the GPU: Tree-GRPO trees and matched chains on the same tasks, the
+    share of tasks whose trees hold the same root-to-leaf paths both ways (equal on the CPU,
+    a test; on CUDA a different batch composition may round differently and flip a sample),
+    and each mode's figures."""
+    from rollout_cost import compare
+    from server_backend import summary
+    from treeroll.backends.hf import HFBackend
+    from treeroll.envs import make_frozenlake
+    from treeroll.policies import load_policy
+    from treeroll.rollout import RolloutConfig, rollout
+    from treeroll.strategies import TreeGRPO
+    from treeroll.tree import leaves, path_to
+
+    policy = load_policy("frozenlake-tiny")
+    model = policy.model.eval().to("cuda")
+    pad = policy.tokenizer.pad_token_id or 0
+    seeds = np.random.default_rng(0).choice(1_000_000, size=400, replace=False)
+    per_batch, repeats = (8, 2) if quick else (16, 2)
+    lake = lambda: make_frozenlake("rllm")
+    out: dict[str, Any] = {}
+    paths = {}
+    for name, continuous in (("calls", False), ("continuous", True)):
+        config = RolloutConfig(max_turn_tokens=16, synchronous=False, continuous=continuous)
+        walls, totals, _ = compare(lambda: HFBackend(model, pad_token_id=pad),
+                                   policy.turn_format(), lake, seeds, config, repeats,
+                                   per_batch)
+        out[name] = summary(walls, totals)
+        batch = rollout(seeds[:per_batch], lake, HFBackend(model, pad_token_id=pad),
+                        policy.turn_format(), TreeGRPO(m=4, n=2, l=1), config=config, seed=5)
+        paths[name] = [sorted(tuple(tuple(n.action_ids) for n in path_to(leaf))
+                              for leaf in leaves(tree)) for tree in batch.trees]
+    same = sum(a == b for a, b in zip(paths["calls"], paths["continuous"], strict=True))
+    out["same_trees_share"] = round(same / per_batch, 4)
+    out["continuous_over_calls_tree_wall_per_leaf"] = round(
+        out["continuous"]["tree_wall_per_leaf_ms"] / out["calls"]["tree_wall_per_leaf_ms"], 4)
+    out["continuous_over_calls_chain_wall_per_leaf"] = round(
+        out["continuous"]["chain_wall_per_leaf_ms"] / out["calls"]["chain_wall_per_leaf_ms"], 4)
+    out["tasks"] = per_batch * repeats
+    return out
+
+
 def main() -> None:
     """Every check; the JSON line last."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -146,7 +191,8 @@ def main() -> None:
         raise SystemExit("gpu_check.py needs a CUDA GPU (torch.cuda.is_available() is False)")
     results = {"packed": _checked("packed", packed_on_gpu),
                "cpu_vs_cuda": _checked("cpu_vs_cuda", cpu_versus_cuda),
-               "rollout": _checked("rollout", lambda: rollout_on_gpu(args.quick))}
+               "rollout": _checked("rollout", lambda: rollout_on_gpu(args.quick)),
+               "continuous": _checked("continuous", lambda: continuous_on_gpu(args.quick))}
     import transformers
 
     print(json.dumps({"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
