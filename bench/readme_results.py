@@ -421,7 +421,7 @@ through the HF backend with a from-config byte-level Llama (its replies are nois
 turn is an invalid command answered by the environment, but observations are long: the task
 statement alone is about 1,500 bytes), environment steps on 4 threads.
 
-{quote('rollout_cost_quick', ['computed_over_unique', 'forwarded_over_unique', 'boundary_tokens', 'replayed_turn_tokens', 'shared_tokens', 'reused_tokens', 'forwarded_over_needed', 'branch_points_refed', 'tree_over_chain_wall_per_leaf', 'swe_tree_over_chain_wall_per_leaf', 'chain_computed_over_unique', 'chain_forwarded_over_unique', 'tree_generated_per_leaf', 'chain_generated_per_leaf', 'tree_computed_per_leaf', 'chain_computed_per_leaf', 'swe_tree_computed_per_leaf', 'swe_chain_computed_per_leaf', 'tree_leaves', 'swe_tree_leaves', 'tasks', 'swe_tasks', 'repeats'])}
+{quote('rollout_cost_quick', ['computed_over_unique', 'forwarded_over_unique', 'boundary_tokens', 'replayed_turn_tokens', 'shared_tokens', 'reused_tokens', 'forwarded_over_needed', 'branch_points_refed', 'tree_over_chain_wall_per_leaf', 'swe_tree_over_chain_wall_per_leaf', 'chain_computed_over_unique', 'chain_forwarded_over_unique', 'tree_wall_per_leaf_ms', 'chain_wall_per_leaf_ms', 'continuous_tree_over_chain_wall_per_leaf', 'continuous_swe_tree_over_chain_wall_per_leaf', 'continuous_tree_wall_per_leaf_ms', 'continuous_chain_wall_per_leaf_ms', 'continuous_forwarded_over_unique', 'tree_generated_per_leaf', 'chain_generated_per_leaf', 'tree_computed_per_leaf', 'chain_computed_per_leaf', 'swe_tree_computed_per_leaf', 'swe_chain_computed_per_leaf', 'tree_leaves', 'swe_tree_leaves', 'tasks', 'swe_tasks', 'repeats'])}
 
 - `computed_over_unique` {rc['computed_over_unique']:.3f} (target ≤ 1.001: **{'met' if rc['computed_over_unique'] <= 1.001 else 'not met'}**, and out of
   reach as defined: generated plus prefilled tokens count each turn's last sampled token
@@ -445,6 +445,11 @@ statement alone is about 1,500 bytes), environment steps on 4 threads.
 - On SWE tasks, with long observations: {rc['swe_tree_over_chain_wall_per_leaf']:.3f} (target < 0.6: **{'met' if rc['swe_tree_over_chain_wall_per_leaf'] < 0.6 else 'not met'}**); the tree
   computes {rc['swe_tree_computed_per_leaf']:.0f} tokens a leaf against the chains' {rc['swe_chain_computed_per_leaf']:.0f}. Two repeats on a shared machine, so
   the ratio is noisy from run to run.
+- The same comparisons with continuous batching (`rollout.continuous`): tree over chains
+  {rc['continuous_tree_over_chain_wall_per_leaf']:.3f} on FrozenLake, {rc['continuous_swe_tree_over_chain_wall_per_leaf']:.3f} on SWE tasks; per leaf, the tree took {rc['continuous_tree_wall_per_leaf_ms']:.1f} ms
+  continuous against {rc['tree_wall_per_leaf_ms']:.1f} ms in calls per round, the chains {rc['continuous_chain_wall_per_leaf_ms']:.1f} against {rc['chain_wall_per_leaf_ms']:.1f}
+  ({'faster' if rc['continuous_tree_wall_per_leaf_ms'] < rc['tree_wall_per_leaf_ms'] and rc['continuous_chain_wall_per_leaf_ms'] < rc['chain_wall_per_leaf_ms'] else 'not faster'}: one call's FrozenLake replies end within a few tokens of each other, so there
+  is little waiting to remove, and each join adds a prefill forward).
 """)
 sizes = [8, 32, 128]
 w(f"""#### How the cost grows with the work in flight (`bench/rollout_scaling.py --quick`)
@@ -469,15 +474,16 @@ generated. The KV cache holds {rs['cache_bytes_per_token']:.0f} bytes per cached
 
 #### The new engine on the default training's batches (`bench/engine_step.py`)
 
-The default config's rollouts (16 tasks a step), each step's tasks rolled out twice, in
-synchronous rounds (the default: the loop every earlier figure used) and unsynchronised
-(each of a task's M trees expanded as soon as its chain ends), order alternating:
+The default config's rollouts (16 tasks a step), each step's tasks rolled out three times, in
+synchronous rounds (the default: the loop every earlier figure used), unsynchronised
+(each of a task's M trees expanded as soon as its chain ends) and with continuous batching,
+each mode first in turn:
 
-{quote('engine_step', ['sync_s', 'unsync_s', 'unsync_over_sync', 'sync_backend_calls_per_step', 'unsync_backend_calls_per_step', 'sync_leaves_per_step', 'unsync_leaves_per_step', 'sync_generated_per_step', 'unsync_generated_per_step', 'steps', 'tasks_per_step'])}
+{quote('engine_step', ['sync_s', 'unsync_s', 'continuous_s', 'unsync_over_sync', 'continuous_over_sync', 'sync_backend_calls_per_step', 'unsync_backend_calls_per_step', 'sync_leaves_per_step', 'unsync_leaves_per_step', 'sync_generated_per_step', 'unsync_generated_per_step', 'steps', 'tasks_per_step'])}
 
 Unsynchronised, a step needs fewer backend calls ({es['unsync_backend_calls_per_step']:.1f} against {es['sync_backend_calls_per_step']:.1f}) and takes {es['unsync_over_sync']:.2f}× the
-time: in process, one call costs what its decode steps cost, and the calls saved are the
-small tail ones. The default stays synchronous (the rounds of the released codes, token for
+time ({'at least as fast' if es['unsync_over_sync'] <= 1.0 else 'not faster'}): in process, one call costs what its decode steps cost, and the calls saved are the
+small tail ones. Continuous batching takes {es['continuous_over_sync']:.2f}× the synchronous time. The default stays synchronous (the rounds of the released codes, token for
 token the loop earlier figures used); the default training runs that way, and its figures
 above were measured that way on this code.
 """)
