@@ -443,7 +443,7 @@ statement alone is about 1,500 bytes), environment steps on 4 threads.
   latency-bound, so the tree also pays for its second sequential phase
   (`bench/rollout_scaling.py` below).
 - On SWE tasks, with long observations: {rc['swe_tree_over_chain_wall_per_leaf']:.3f} (target < 0.6: **{'met' if rc['swe_tree_over_chain_wall_per_leaf'] < 0.6 else 'not met'}**); the tree
-  computes {rc['swe_tree_computed_per_leaf']:.0f} tokens a leaf against the chains' {rc['swe_chain_computed_per_leaf']:.0f}. Two repeats on a shared machine, so
+  computes {rc['swe_tree_computed_per_leaf']:.0f} tokens a leaf against the chains' {rc['swe_chain_computed_per_leaf']:.0f} ({rc['swe_tree_computed_per_leaf'] / rc['swe_chain_computed_per_leaf']:.2f} of their work{': the target is below that ratio, so no engine can meet it with these trees and 4-step episodes' if rc['swe_tree_computed_per_leaf'] / rc['swe_chain_computed_per_leaf'] >= 0.6 else ''}). Two repeats on a shared machine, so
   the ratio is noisy from run to run.
 - The same comparisons with continuous batching (`rollout.continuous`): tree over chains
   {rc['continuous_tree_over_chain_wall_per_leaf']:.3f} on FrozenLake, {rc['continuous_swe_tree_over_chain_wall_per_leaf']:.3f} on SWE tasks; per leaf, the tree took {rc['continuous_tree_wall_per_leaf_ms']:.1f} ms
