@@ -170,7 +170,7 @@ class _Engine:
         self.allocator, self.seed, self.rng, self.on_turn = allocator, seed, rng, on_turn
         self.timing = timing
         self.sync = bool(config.synchronous)
-        self.continuous = bool(getattr(config, "continuous", False)) and not self.sync
+        self.continuous = bool(config.continuous) and not self.sync
         self.waiting: dict[int, _Branch] = {}  # continuous: ticket -> branch being decoded
         self.use_units = not self.sync and isinstance(strategy, UnitStrategy)
         self.ready: list[_Branch] = []

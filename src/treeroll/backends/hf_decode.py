@@ -43,8 +43,8 @@ class _Row:
 
     @property
     def context(self) -> tuple[int, ...]:
-        """What the prefill continues (read before decoding starts): the prompt, then the
-        tokens replayed from kept logits."""
+        """The prompt and the tokens so far: before decoding, what the prefill continues
+        (the tokens replayed from kept logits); while decoding, what the next forward feeds."""
         return self.prompt + tuple(self.tokens)
 
     def completion(self, params: SamplingParams) -> Completion:
@@ -159,7 +159,7 @@ class DecodeBatch:
         for i, key in continuing:
             row_of.append(fed.setdefault(key, len(fed)))
             if backend.replay and row_of[-1] not in contexts:
-                contexts[row_of[-1]] = rows[i].prompt + tuple(rows[i].tokens)
+                contexts[row_of[-1]] = rows[i].context
         self.rows, self.row_of = [rows[i] for i, _ in continuing], row_of
         parents = [b for b, _ in fed]
         if parents != list(range(self.mask.shape[0])):
