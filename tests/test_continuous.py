@@ -167,6 +167,28 @@ def test_continuous_batching_is_refused_with_rounds_or_a_backend_that_cannot_str
     with pytest.raises(ConfigError, match=r"rollout\.continuous.*synchronous false"):
         rollout([1], lake, ScriptedBackend(["Up"]), byte_format, Chain(group_size=1),
                 config=RolloutConfig(continuous=True), seed=0)
-    with pytest.raises(ConfigError, match=r"rollout\.continuous.*ScriptedBackend has none"):
+    with pytest.raises(ConfigError, match=r"rollout\.continuous.*'ScriptedBackend' has none"):
         rollout([1], lake, ScriptedBackend(["Up"]), byte_format, Chain(group_size=1),
                 config=RolloutConfig(continuous=True, synchronous=False), seed=0)
+
+
+def test_the_config_check_refuses_continuous_batching_on_a_registered_backend_that_cannot_stream(
+        ) -> None:
+    """Before anything is built: the registry says which backends stream; a user's plug-in
+    backend is not known until built (``rollout()`` checks it then)."""
+    from dataclasses import replace
+
+    from treeroll.config import TrainConfig, check_config
+    from treeroll.plugins import backend_streams
+
+    base = TrainConfig()
+    streaming = replace(base, rollout=replace(base.rollout, continuous=True, synchronous=False))
+    check_config(streaming)  # the in-process hf backend streams
+    assert backend_streams("hf") is True and backend_streams("pkg.mod:make") is None
+    for name in ("llamacpp", "vllm", "sglang"):
+        with pytest.raises(ValueError, match=rf"--rollout\.continuous is on, which needs a "
+                           rf"backend with submit.*'{name}' has none"):
+            check_config(replace(streaming, backend=replace(base.backend, name=name)))
+    with pytest.raises(ValueError, match=r"--rollout\.continuous is on, which needs "
+                       r"--rollout\.synchronous false"):
+        check_config(replace(streaming, rollout=replace(streaming.rollout, synchronous=True)))

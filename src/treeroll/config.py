@@ -510,12 +510,11 @@ def _optim_problems(config: Any) -> list[tuple[str, str]]:
         found.append(("--optim.behaviour-lag", f"is {optim.behaviour_lag}, which needs the "
                       f"in-process 'hf' backend (a second copy of the model), not {backend!r}"))
     rollout = getattr(config, "rollout", None)
-    if rollout is not None and rollout.continuous and rollout.synchronous:
-        found.append(("--rollout.continuous", "is on, which needs --rollout.synchronous false "
-                      "(continuous batching has no rounds)"))
-    if rollout is not None and rollout.continuous and backend in ("llamacpp", "vllm", "sglang"):
-        found.append(("--rollout.continuous", f"is on, which needs a streaming backend (the "
-                      f"in-process 'hf'), not {backend!r}"))
+    if rollout is not None:
+        from treeroll.plugins import backend_streams
+        from treeroll.rollout import continuous_problems
+
+        found += continuous_problems(rollout, backend, backend_streams(backend), "--rollout.")
     defaults = type(loss)()
     if loss.objective == "truncated_is":
         found += [(f"--optim.loss.{key.replace('_', '-')}", f"is {getattr(loss, key)}, which "

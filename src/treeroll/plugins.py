@@ -27,8 +27,9 @@ from treeroll.registry import Registry, build_user_plugin, parse_options
 from treeroll.strategies import PATR
 
 __all__ = ["ADVANTAGES", "ALLOCATORS", "BACKENDS", "ENVS", "ENV_SCORERS", "SCORERS", "STRATEGIES",
-           "make_allocator", "make_backend", "make_env_factory", "make_estimator", "make_strategy",
-           "scorer_name_for", "sync_weights"]
+           "backend_streams", "make_allocator", "make_backend", "make_env_factory",
+           "make_estimator", "make_strategy", "register_backend", "scorer_name_for",
+           "sync_weights"]
 
 ADVANTAGES: Registry[AdvantageEstimator] = Registry("advantage estimator")
 ADVANTAGES.register("grpo", advantages.grpo)
@@ -234,6 +235,17 @@ def scorer_name_for(scorer_name: str | None, strategy: Strategy, env_name: str) 
 BackendBuilder = Callable[[Any, Any], GenerationBackend]
 BACKENDS: Registry[BackendBuilder] = Registry("backend")
 """Backend name -> builder taking the ``BackendConfig`` and the policy (model, tokenizer)."""
+_STREAMING: dict[str, bool] = {}
+"""Registered backend name -> whether its backends stream (``StreamingBackend``)."""
+
+
+def register_backend(name: str, builder: BackendBuilder, *, streams: bool) -> BackendBuilder:
+    """Register ``builder`` as backend ``name``; ``streams``: whether what it builds is a
+    :class:`~treeroll.base.StreamingBackend` (the config check refuses
+    ``--rollout.continuous`` with one that is not, before anything is built)."""
+    BACKENDS.register(name, builder)
+    _STREAMING[name] = streams
+    return builder
 
 
 def _hf_backend(config: Any, policy: Any) -> GenerationBackend:
@@ -247,7 +259,7 @@ def _hf_backend(config: Any, policy: Any) -> GenerationBackend:
                      join_fraction=hf.join_fraction, join_wait=hf.join_wait)
 
 
-BACKENDS.register("hf", _hf_backend)
+register_backend("hf", _hf_backend, streams=True)
 
 
 def _llamacpp_backend(config: Any, policy: Any) -> GenerationBackend:
@@ -283,9 +295,16 @@ def _sglang_backend(config: Any, policy: Any) -> GenerationBackend:
     return SGLangBackend(config.sglang.url, model=policy.model)
 
 
-BACKENDS.register("llamacpp", _llamacpp_backend)
-BACKENDS.register("vllm", _vllm_backend)
-BACKENDS.register("sglang", _sglang_backend)
+register_backend("llamacpp", _llamacpp_backend, streams=False)
+register_backend("vllm", _vllm_backend, streams=False)
+register_backend("sglang", _sglang_backend, streams=False)
+
+
+def backend_streams(name: str) -> bool | None:
+    """Whether the backend registered as ``name`` decodes continuously
+    (:class:`~treeroll.base.StreamingBackend`); None for a user's ``package.module:builder``,
+    known only once built (``rollout()`` checks the built backend)."""
+    return _STREAMING.get(name)
 
 
 def make_backend(backend_config: Any, policy: Any) -> GenerationBackend:

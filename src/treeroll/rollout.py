@@ -33,7 +33,7 @@ from treeroll.engine import run_engine
 from treeroll.formatting import TurnFormat
 from treeroll.tree import Node, RolloutTree
 
-__all__ = ["RolloutBatch", "RolloutConfig", "TimedScorer", "rollout"]
+__all__ = ["RolloutBatch", "RolloutConfig", "TimedScorer", "continuous_problems", "rollout"]
 
 
 @dataclass(frozen=True)
@@ -124,13 +124,8 @@ def rollout(
     ``allocator`` decides each tree's budget (default: ``config.max_leaves`` and
     ``config.max_generated_tokens`` for every tree, once); ``on_turn(calls, ready)`` is
     called after each backend call's steps are absorbed."""
-    found = []
-    if config.continuous and config.synchronous:
-        found.append(("rollout.continuous", "needs rollout.synchronous false (continuous "
-                         "batching has no rounds)"))
-    if config.continuous and not isinstance(backend, StreamingBackend):
-        found.append(("rollout.continuous", f"needs a backend with submit/advance/busy "
-                         f"(treeroll.base.StreamingBackend); {type(backend).__name__} has none"))
+    found = continuous_problems(config, type(backend).__name__,
+                                isinstance(backend, StreamingBackend), "rollout.")
     validate(config, "rollout", found)
     start = time.perf_counter()
     timing = {"generate": 0.0, "env": 0.0, "score": 0.0}
@@ -154,6 +149,26 @@ def rollout(
             tree.meta["scored_nodes_batch"] = timed.nodes
     timing["total"] = time.perf_counter() - start
     return RolloutBatch(trees=trees, timing=timing)
+
+
+def continuous_problems(config: RolloutConfig, backend: str, streams: bool | None,
+                        prefix: str) -> list[tuple[str, str]]:
+    """Why ``config.continuous`` cannot run, as ``(setting, message)`` pairs (none when it
+    can): continuous batching has no rounds (``synchronous`` must be False) and needs a
+    backend that streams (``streams``: whether ``backend`` does; None: not known before it is
+    built, as for a user's plug-in). ``prefix`` names the section as the caller's user writes
+    it (``"rollout."`` in Python, ``"--rollout."`` on the command line)."""
+    if not config.continuous:
+        return []
+    found = []
+    if config.synchronous:
+        found.append((f"{prefix}continuous", f"is on, which needs {prefix}synchronous false "
+                      "(continuous batching has no rounds)"))
+    if streams is False:
+        found.append((f"{prefix}continuous", f"is on, which needs a backend with submit/"
+                      f"advance/busy (treeroll.base.StreamingBackend, such as 'hf'); "
+                      f"{backend!r} has none"))
+    return found
 
 
 def count_status(trees: Sequence[RolloutTree]) -> dict[str, Any]:

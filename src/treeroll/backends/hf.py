@@ -315,14 +315,14 @@ class HFBackend:
     def _pack_past(kvs: list[list[KV]], lengths: list[int]) -> tuple[Any, torch.Tensor]:
         """Left-pad cached prefixes (``lengths[b]`` tokens each, given as pieces that are
         copied straight into place) into one cache and its mask."""
-        from transformers import DynamicCache
+        from treeroll.backends.hf_cache import growing_cache  # imports transformers
 
         batch, past = len(lengths), max(lengths)
         mask = torch.zeros(batch, past, dtype=torch.long)
         for b, m in enumerate(lengths):
             mask[b, past - m:] = 1
         if past == 0:
-            return DynamicCache(), mask
+            return growing_cache(), mask
         reference = next(pieces[0] for pieces in kvs if pieces)
         layers = []
         for layer, (k0, v0) in enumerate(reference):
@@ -336,7 +336,7 @@ class HFBackend:
                     values[b, :, at:at + n] = piece[layer][1]
                     at += n
             layers.append((keys, values))
-        return DynamicCache(ddp_cache_data=layers), mask
+        return growing_cache(layers), mask
 
     def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
                  cache: Any) -> torch.Tensor:

@@ -98,7 +98,7 @@ class DecodeBatch:
             self.cache, self.mask = new.cache, new.mask
             self.next_pos, self.logits = new.next_pos, new.logits
             return
-        from transformers import DynamicCache
+        from treeroll.backends.hf_cache import growing_cache  # imports transformers
 
         offset = self.mask.shape[0]
         past = max(self.mask.shape[1], new.mask.shape[1])
@@ -106,7 +106,7 @@ class DecodeBatch:
         for old_layer, new_layer in zip(self.cache.layers, new.cache.layers, strict=True):
             layers.append((_left_pad_cat(old_layer.keys, new_layer.keys, past),
                            _left_pad_cat(old_layer.values, new_layer.values, past)))
-        self.cache = DynamicCache(ddp_cache_data=layers)
+        self.cache = growing_cache(layers)
         self.mask = torch.cat([_left_pad(self.mask, past), _left_pad(new.mask, past)])
         self.next_pos = torch.cat([self.next_pos, new.next_pos])
         self.logits = torch.cat([self.logits, new.logits])
@@ -121,8 +121,8 @@ class DecodeBatch:
         if first == 0:
             return
         self.mask = self.mask[:, first:]
-        for layer in self.cache.layers:  # views: the next forward's append copies them anyway
-            layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
+        for layer in self.cache.layers:
+            layer.drop_front(first)
 
     def step(self) -> list[_Row]:
         """Sample one token for every request; forward the continuing rows one token.
