@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers.cache_utils import DynamicCache, DynamicLayer
+from transformers.cache_utils import DynamicLayer
 
 from treeroll.backends import hf_cache
 from treeroll.backends.hf import HFBackend
@@ -88,16 +88,6 @@ class _ConcatenatingLayer(DynamicLayer):
         self.keys, self.values = self.keys[:, :, positions:], self.values[:, :, positions:]
 
 
-def _concatenating_cache(layers=()):  # type: ignore[no-untyped-def]
-    cache = DynamicCache()
-    cache.layer_class_to_replicate = _ConcatenatingLayer
-    for keys, values in layers:
-        layer = _ConcatenatingLayer()
-        layer.update(keys, values)
-        cache.layers.append(layer)
-    return cache
-
-
 @pytest.mark.parametrize("continuous", [False, True], ids=["calls", "continuous"])
 @pytest.mark.parametrize("strategy", [Chain(group_size=3), TreeGRPO(m=3, n=2, l=1)],
                          ids=["chain", "tree_grpo"])
@@ -116,5 +106,5 @@ def test_rollouts_on_the_growing_cache_equal_those_on_transformers_cache(
                 for tree in batch.trees]
 
     growing = run()
-    monkeypatch.setattr(hf_cache, "growing_cache", _concatenating_cache)
+    monkeypatch.setattr(hf_cache, "GrowingLayer", _ConcatenatingLayer)
     assert run() == growing
