@@ -146,13 +146,14 @@ def test_continuous_batching_gives_the_unsynchronised_engines_trees(
 
 def test_a_slow_environment_does_not_block_continuous_generation(tiny_model,
                                                                   word_tokenizer) -> None:
-    """Task 0's steps sleep 0.3 s each; with env workers and continuous batching the other
-    tasks' turns all end before task 0's first step does."""
+    """Task 0's steps sleep 1 s each; with env workers and continuous batching the other
+    tasks' turns all end before task 0's first step does (1 s: margin for a loaded machine;
+    0.3 s failed once beside a training run)."""
     _Sleepy.finished = {}
     fmt = TurnFormat(word_tokenizer)
     config = RolloutConfig(max_turn_tokens=4, env_workers=4, synchronous=False,
                            continuous=True, max_depth=4)
-    batch = rollout([0, 1, 2], lambda: _Sleepy(0.3), HFBackend(tiny_model), fmt,
+    batch = rollout([0, 1, 2], lambda: _Sleepy(1.0), HFBackend(tiny_model), fmt,
                     Chain(group_size=2), config=config, seed=0)
     assert len(_Sleepy.finished[1]) >= 4
     assert max(_Sleepy.finished[1] + _Sleepy.finished[2]) < min(_Sleepy.finished[0])
