@@ -439,9 +439,12 @@ statement alone is about 1,500 bytes), environment steps on 4 threads.
   The tree generates {rc['tree_generated_per_leaf']:.1f} tokens a leaf against the chains' {rc['chain_generated_per_leaf']:.1f} and computes {rc['tree_computed_per_leaf']:.1f} against
   {rc['chain_computed_per_leaf']:.1f} ({rc['tree_computed_per_leaf'] / rc['chain_computed_per_leaf']:.2f} of the chains' work per leaf): on these short episodes (the base
   solves small maps in a few turns) a branch saves only the turns before it, so the wall ratio
-  cannot go far below the work ratio, and with 8 tasks in flight the decode steps are
-  latency-bound, so the tree also pays for its second sequential phase
-  (`bench/rollout_scaling.py` below).
+  cannot go below the work ratio; and with 8 tasks in flight the tiny model's decode steps are
+  latency-bound (a step costs about the same for a few rows as for thirty), so the tree also
+  pays for its second sequential phase, the expansions that start when their chain ends
+  (`bench/rollout_scaling.py` below). With the growing KV cache (a decode step no longer
+  copies the whole cache, a cost that grew with the cached tokens, which the chains hold more
+  of) the chains' wall per leaf fell more than the tree's; the CHANGELOG has the before and after.
 - On SWE tasks, with long observations: {rc['swe_tree_over_chain_wall_per_leaf']:.3f} (target < 0.6: **{'met' if rc['swe_tree_over_chain_wall_per_leaf'] < 0.6 else 'not met'}**); the tree
   computes {rc['swe_tree_computed_per_leaf']:.0f} tokens a leaf against the chains' {rc['swe_chain_computed_per_leaf']:.0f} ({rc['swe_tree_computed_per_leaf'] / rc['swe_chain_computed_per_leaf']:.2f} of their work{': the target is below that ratio, so no engine can meet it with these trees and 4-step episodes' if rc['swe_tree_computed_per_leaf'] / rc['swe_chain_computed_per_leaf'] >= 0.6 else ''}). Two repeats on a shared machine, so
   the ratio is noisy from run to run.
