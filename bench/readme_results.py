@@ -4,31 +4,45 @@ A maintainer's helper, run after ``bench/reproduce.py``: every figure in the sec
 from a stored result (never typed), and whether each target is met is computed from it.
 
     python bench/readme_results.py
+
+A figure whose dependencies changed since its commit is quoted with a stale label under it
+(``staleness.stale_label``); the summary at the top says how many are current and stale.
 """
+import functools
 import json
 from pathlib import Path
 
 import yaml
 
+from staleness import changed_since, stale_label
+
 ROOT = Path(__file__).resolve().parent.parent
-R = {p.stem: json.loads(p.read_text()) for p in (ROOT / "docs/results").glob("*.json")}
+R = {p.stem: json.loads(p.read_text()) for p in (ROOT / "docs/results").glob("*.json")
+     if not p.stem.startswith("_")}
 
 
 def res(name):
     return R[name]["result"]
 
 
-def quote(name, keys):
-    r = res(name)
-    sub = {k: r[k] for k in keys if k in r}
-    return f"<!-- result: {name} -->\n`{json.dumps(sub)}`\n\n(`{R[name]['command']}`, commit {R[name]['commit'][:10]}, {R[name]['seconds']:.0f} s{', ' + R[name]['cpu'] if R[name].get('cpu') else ''})"
+QUOTED = []
+"""The figures quoted, in order (for the summary at the top of *Results*)."""
 
 
+@functools.cache
 def stale(name):
     """Files the figure's run depended on that changed since its commit (empty: current)."""
-    from staleness import changed_since
-
     return changed_since(R[name]["commit"], R[name]["depends_on"])
+
+
+def quote(name, keys):
+    """A figure's marker, its JSON line, where it came from, and a stale label when a file
+    its run depended on changed since (the figure stays: the label says what changed)."""
+    r = res(name)
+    sub = {k: r[k] for k in keys if k in r}
+    QUOTED.append(name)
+    label = f"\n\n{stale_label(name, R[name], stale(name))}" if stale(name) else ""
+    return f"<!-- result: {name} -->\n`{json.dumps(sub)}`\n\n(`{R[name]['command']}`, commit {R[name]['commit'][:10]}, {R[name]['seconds']:.0f} s{', ' + R[name]['cpu'] if R[name].get('cpu') else ''}){label}"
 
 
 def f3(x):
@@ -48,8 +62,14 @@ w("""## Results
 Measured on this project's 2-core CPU machine, no GPU, by `python bench/reproduce.py`
 (`--quick` for the quick figures, `--full` for all): each figure below is the last JSON line
 of the command named under it, stored in `docs/results/NAME.json` with the commit it ran on;
-`tests/test_results.py` fails if a quoted figure differs from its file or if a file its run
-imported or read changed since. Every FrozenLake figure says its convention: **rLLM** =
+`tests/test_results.py` fails if a quoted figure differs from its file, was measured on
+uncommitted code, or is stale without saying so. A figure is *stale* when a file its run
+imported or read (code, configs, the shipped weights, pinned dependencies) changed since its
+commit: it stays quoted, with a line under it naming that commit, the first files that changed
+and the command that remakes it (`python bench/reproduce.py --stale` remakes every stale one).
+SUMMARY_PLACEHOLDER
+
+Every FrozenLake figure says its convention: **rLLM** =
 non-slippery, sizes 2–9, one action per turn, 2·size turns (PATR's benchmark). Held-out tasks
 are the first 128 or 256 task seeds drawn from seed 42, never in the training pool (10,000
 seeds drawn from seed 0; SFT's expert episodes come from that pool too, and
@@ -60,8 +80,8 @@ seeds drawn from seed 0; SFT's expert episodes come from that pool too, and
 
 
 def shield_bullet():
-    """The shield probe's bullet (what one local rule is worth), when its figure is current."""
-    if "probe_shield" not in R or stale("probe_shield"):
+    """The shield probe's bullet (what one local rule is worth)."""
+    if "probe_shield" not in R:
         return ""
     sh = res("probe_shield")
     return f"""- What one local rule is worth: with a one-step *shield* on the environment's side (a
@@ -199,17 +219,7 @@ w(f"""`python bench/learning.py --quick` (the same training cut to {lq['steps']}
 # ---------------------------------------------------------------- compare
 JOBS_NOTE = ("Runs trained two at a time, one thread each (`jobs: 2`: a run computes what it\n"
              "computes alone; its wall time is that of a run sharing the 2 cores). ")
-if "compare_strategies" in R and stale("compare_strategies"):
-    changed = stale("compare_strategies")
-    w("### Strategies under one budget (`treeroll compare`, rLLM convention)\n")
-    w(f"""`python bench/compare_strategies.py` runs `treeroll compare --config
-configs/compare_frozenlake.yaml` (chain, Tree-GRPO, the random tree and PATR under one token
-budget, 5 seeds). **Not rerun on the current code**: its last run (commit
-{R['compare_strategies']['commit'][:10]}) predates changes to {', '.join(f'`{c}`' for c in changed[:4])}{' and others' if len(changed) > 4 else ''}, so
-its figures are not quoted here; `python bench/reproduce.py --only compare_strategies` (about
-75 minutes here) remakes them.
-""")
-elif "compare_strategies" in R:
+if "compare_strategies" in R:
     cs = res("compare_strategies")
     names = [k for k in ("chain", "tree_grpo", "random_tree", "patr") if k in cs]
     ccfg = yaml.safe_load((ROOT / "configs/compare_frozenlake.yaml").read_text())["base"]
@@ -288,17 +298,7 @@ of PATR's mean curve at or above chain's final success: {'none' if reach is None
 """)
 
 # ---------------------------------------------------------------- family
-if "compare_family" in R and stale("compare_family"):
-    changed = stale("compare_family")
-    w("### The rest of the family under one budget (`treeroll compare`, rLLM convention)\n")
-    w(f"""`python bench/compare_strategies.py --config configs/compare_family.yaml` runs ARPO, RTPO and
-IGRPO (issue #12; `docs/methods.md` has each one's definition) beside chain, Tree-GRPO and
-PATR under one token budget. **Not rerun on the current code**: its last run (commit
-{R['compare_family']['commit'][:10]}) predates changes to {', '.join(f'`{c}`' for c in changed[:4])}{' and others' if len(changed) > 4 else ''}, so
-its figures are not quoted here; `python bench/reproduce.py --only compare_family` remakes
-them (not yet timed on the current base, whose episodes are longer), and this section quotes them again once it has run.
-""")
-elif "compare_family" in R:
+if "compare_family" in R:
     cf = res("compare_family")
     fam = [k for k in ("chain", "tree_grpo", "patr", "arpo", "rtpo", "igrpo", "chain+vigor")
            if k in cf]
@@ -368,13 +368,8 @@ Reached the target within the run: {', '.join(reached) if reached else 'none'}{f
     return al
 
 
-current_alloc = [n for n in ("allocation", "allocation_quick") if n in R and not stale(n)]
+current_alloc = [n for n in ("allocation", "allocation_quick") if n in R]
 w("### Tokens to a fixed success (`bench/allocation.py`, rLLM convention)\n")
-for n in ("allocation", "allocation_quick"):
-    if n in R and n not in current_alloc:
-        w(f"""**`{n}` not rerun on the current code** (last run: commit {R[n]['commit'][:10]});
-`python bench/reproduce.py --only {n}` remakes it.
-""")
 if current_alloc:
     acfg = yaml.safe_load((ROOT / "configs/allocation.yaml").read_text())
     aopt, aeval = acfg["base"]["optim"], acfg["base"]["eval"]
@@ -599,6 +594,11 @@ Lost steps {cr['lost_steps']}, steps logged twice {cr['duplicated_steps']}; the 
 weights are the uninterrupted run's: **{'met' if cr['resumed_ok'] and cr['lost_steps'] == 0 and cr['duplicated_steps'] == 0 else 'not met'}**.
 """)
 
+stale_names = [n for n in QUOTED if stale(n)]
+summary = (f"**{len(QUOTED)} figures quoted: {len(QUOTED) - len(stale_names)} current, "
+           f"{len(stale_names)} stale**" + (f" ({', '.join(f'`{n}`' for n in stale_names)})"
+                                            if stale_names else "") + ".")
+out[:] = [part.replace("SUMMARY_PLACEHOLDER", summary) for part in out]
 text = (ROOT / "README.md").read_text()
 start = text.index("## Results")
 end = text.index("## `treeroll sft`, policy folders and views")

@@ -1,8 +1,13 @@
 """When a stored figure is stale: a file its run depended on changed since its commit.
 
-Shared by ``tests/test_results.py`` (a stale figure fails CI) and ``bench/readme_results.py``
-(a stale figure is named instead of quoted). ``pyproject.toml`` is compared by what a run
-could have seen of it (:func:`pyproject_changed_for_a_run`), every other file by its content.
+Shared by ``bench/readme_results.py`` (which writes a stale label under every stale figure),
+``tests/test_results.py`` (which fails when a stale figure is quoted without its label, or a
+current one with a label) and ``bench/reproduce.py`` (which remakes the stale ones).
+``pyproject.toml`` is compared by what a run could have seen of it
+(:func:`pyproject_changed_for_a_run`), every other file by its content.
+
+A stale figure is not an error: code changes freely, and the README says next to the figure
+which commit measured it, what changed since and how to remake it (:func:`stale_label`).
 """
 
 from __future__ import annotations
@@ -41,18 +46,50 @@ def pyproject_changed_for_a_run(then: str, now: str) -> bool:
                for extra, pins in old["extras"].items() for name, pin in pins.items())
 
 
-def changed_since(commit: str, depends_on: list[str]) -> list[str]:
-    """Files among ``depends_on`` that changed since ``commit`` in a way the run could have
-    seen (``pyproject.toml`` through :func:`pyproject_changed_for_a_run`)."""
-    changed = subprocess.run(["git", "diff", "--name-only", commit, "--", *depends_on],
-                             cwd=ROOT, capture_output=True, text=True)
-    if changed.returncode != 0:
-        raise ValueError(f"commit {commit} is not in this repository's history "
-                         f"({changed.stderr.strip()})")
-    files = changed.stdout.split()
+def _git(root: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ValueError(f"`git {' '.join(args)}` failed in {root}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def changed_since(commit: str, depends_on: list[str], to: str | None = None,
+                  root: Path = ROOT) -> list[str]:
+    """Files among ``depends_on`` that differ between ``commit`` and ``to`` (a commit; None:
+    the working tree) in a way the run could have seen (``pyproject.toml`` through
+    :func:`pyproject_changed_for_a_run`)."""
+    try:
+        files = _git(root, "diff", "--name-only", commit, *([to] if to else []), "--",
+                     *depends_on).split()
+    except ValueError as error:
+        raise ValueError(f"commit {commit} is not in this repository's history ({error})") \
+            from None
     if "pyproject.toml" in files:
-        then = subprocess.run(["git", "show", f"{commit}:pyproject.toml"], cwd=ROOT,
-                              capture_output=True, text=True, check=True).stdout
-        if not pyproject_changed_for_a_run(then, (ROOT / "pyproject.toml").read_text()):
+        then = _git(root, "show", f"{commit}:pyproject.toml")
+        now = _git(root, "show", f"{to}:pyproject.toml") if to else \
+            (root / "pyproject.toml").read_text()
+        if not pyproject_changed_for_a_run(then, now):
             files.remove("pyproject.toml")
     return files
+
+
+STALE_MARKER = re.compile(r"<!-- stale: (?P<name>[a-z0-9_]+) (?P<commit>[0-9a-f]{10}) -->")
+"""The machine-readable end of a stale label: the figure's name and the commit it ran on."""
+SHOWN_FILES = 3
+"""How many of the changed files a stale label names."""
+
+
+def remake_command(name: str) -> str:
+    """The command that remakes one stored figure."""
+    return f"python bench/reproduce.py --only {name}"
+
+
+def stale_label(name: str, record: dict, files: list[str]) -> str:
+    """The one line written under a stale figure: the commit that measured it, the first
+    changed files, the command that remakes it, and a marker ``tests/test_results.py`` reads."""
+    shown = ", ".join(f"`{f}`" for f in files[:SHOWN_FILES])
+    more = f" and {len(files) - SHOWN_FILES} more" if len(files) > SHOWN_FILES else ""
+    minutes = f" (~{record['seconds'] / 60:.0f} min)" if record.get("seconds") else ""
+    commit = record["commit"][:10]
+    return (f"**Stale:** measured on commit {commit}; changed since: {shown}{more}; remake: "
+            f"`{remake_command(name)}`{minutes}. <!-- stale: {name} {commit} -->")

@@ -1,11 +1,13 @@
-"""Every figure the README quotes is a stored result of the current code.
+"""Every figure the README quotes is a stored result, and says so when it is stale.
 
 The README quotes a benchmark's JSON line after a marker ``<!-- result: NAME -->``; the
 stored file ``docs/results/NAME.json`` (written by ``python bench/reproduce.py``) holds the
 full line, the command and the commit it ran on. A quoted value that differs from the stored
-one, a figure measured on uncommitted code, or a change since the figure's commit to a file it
-depends on (the code its run imported, configs, dependencies, shipped data: ``depends_on``) is
-a failure that names the figure and how to remake it.
+one, or a figure measured on uncommitted code, is a failure. A figure whose dependencies (the
+code its run imported, configs, dependencies, shipped data: ``depends_on``) changed since its
+commit is *stale*: that is not a failure as long as the README labels it so, with the
+commit it ran on (``<!-- stale: NAME COMMIT -->``, written by ``bench/readme_results.py``);
+a stale figure without its label, or a label on a current figure, is.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from staleness import changed_since, pyproject_changed_for_a_run
+from staleness import STALE_MARKER, changed_since, pyproject_changed_for_a_run
 
 ROOT = Path(__file__).resolve().parent.parent
 MARKER = re.compile(r"<!-- result: (?P<name>[a-z0-9_]+) -->\s*\n\s*`(?P<json>\{.*?\})`", re.S)
@@ -27,6 +29,28 @@ MARKER = re.compile(r"<!-- result: (?P<name>[a-z0-9_]+) -->\s*\n\s*`(?P<json>\{.
 def quoted_figures(text: str) -> list[tuple[str, dict]]:
     """``(name, quoted JSON)`` for every marked figure of a README text."""
     return [(m["name"], json.loads(m["json"])) for m in MARKER.finditer(text)]
+
+
+def stale_labels(text: str) -> dict[str, str]:
+    """``{name: commit}`` of every stale label that stands under its own figure: after the
+    figure's marker and before the next figure's or the next heading."""
+    labels = {}
+    figures = list(MARKER.finditer(text))
+    for here, after in zip(figures, [*figures[1:], None], strict=True):
+        end = after.start() if after else len(text)
+        heading = re.search(r"^#", text[here.end():end], re.M)
+        block = text[here.end():here.end() + heading.start() if heading else end]
+        for label in STALE_MARKER.finditer(block):
+            if label["name"] == here["name"]:
+                labels[label["name"]] = label["commit"]
+    return labels
+
+
+def test_a_stale_label_counts_only_under_its_own_figure() -> None:
+    text = ("<!-- result: a -->\n`{}`\n\n<!-- stale: b 0123456789 -->\n"
+            "<!-- result: b -->\n`{}`\n\n## next\n<!-- stale: b 9876543210 -->\n")
+    assert stale_labels(text) == {}
+    assert stale_labels(text.replace("stale: b 0123", "stale: a 0123")) == {"a": "0123456789"}
 
 
 def test_the_marker_parser_reads_a_quoted_figure() -> None:
@@ -45,7 +69,9 @@ def test_pyproject_staleness_ignores_a_new_extra_pin_but_not_a_changed_one() -> 
     assert pyproject_changed_for_a_run(then, then.replace(', "ray==2.60.0"', ""))
 
 
-README_FIGURES = quoted_figures((ROOT / "README.md").read_text())
+README_TEXT = (ROOT / "README.md").read_text()
+README_FIGURES = quoted_figures(README_TEXT)
+README_STALE = stale_labels(README_TEXT)
 
 
 def test_the_readme_quotes_its_main_figures() -> None:
@@ -55,7 +81,7 @@ def test_the_readme_quotes_its_main_figures() -> None:
 
 
 @pytest.mark.parametrize(("name", "quoted"), README_FIGURES, ids=[n for n, _ in README_FIGURES])
-def test_a_quoted_figure_is_its_stored_result_of_the_current_code(name, quoted) -> None:
+def test_a_quoted_figure_is_its_stored_result_and_labelled_when_stale(name, quoted) -> None:
     path = ROOT / "docs" / "results" / f"{name}.json"
     remake = f"remake it with `python bench/reproduce.py --only {name}`"
     assert path.is_file(), f"the README quotes {name}, but {path} does not exist; {remake}"
@@ -65,6 +91,14 @@ def test_a_quoted_figure_is_its_stored_result_of_the_current_code(name, quoted) 
     assert not differing, f"README's {name} differs from {path} (README, stored): {differing}"
     assert not stored["dirty"], f"{name} was measured on uncommitted code; {remake}"
     files = changed_since(stored["commit"], stored["depends_on"])
-    assert not files, (f"{name} is stale: measured on {stored['commit'][:10]}, and since then "
-                       f"{', '.join(files[:5])}{' ...' if len(files) > 5 else ''} changed; "
-                       f"{remake}")
+    label = README_STALE.get(name)
+    assert label is None or files, (f"the README labels {name} stale, but nothing it depends on "
+                                    f"changed since {stored['commit'][:10]}; run "
+                                    "`python bench/readme_results.py`")
+    assert label is not None or not files, (
+        f"{name} is stale (measured on {stored['commit'][:10]}; since then "
+        f"{', '.join(files[:5])}{' ...' if len(files) > 5 else ''} changed) and the README "
+        f"does not say so under it: run `python bench/readme_results.py` to label it, or {remake}")
+    assert label is None or label == stored["commit"][:10], (
+        f"{name}'s stale label names commit {label}, its stored file {stored['commit'][:10]}; "
+        "run `python bench/readme_results.py`")
