@@ -37,8 +37,6 @@ from treeroll.config import load_config
 from treeroll.envs.frozenlake import HOLE, start_distance
 from treeroll.plugins import make_env_factory
 from treeroll.policies import load_policy
-from treeroll.rollout import rollout
-from treeroll.strategies import Chain
 from treeroll.training.evaluation import evaluate, task_pools
 from treeroll.tree import leaves, path_to
 
@@ -75,7 +73,7 @@ def main() -> None:
                       config.rollout)
     seconds = time.perf_counter() - tick
     breakdown = failure_breakdown(make_env, held_out[:tasks], result.successes)
-    breakdown.update(how_episodes_end(backend, policy, make_env, held_out[:tasks], config))
+    breakdown.update(how_episodes_end(result.trees, make_env, held_out[:tasks]))
     sampled = sample_successes(backend, policy, make_env, held_out[:tasks], config,
                                args.samples)
     print(json.dumps({"policy": spec, "env": config.env.name, "success": result.success_rate,
@@ -120,18 +118,15 @@ def failure_breakdown(make_env: Any, seeds: Any, successes: list[bool]) -> dict[
             "needs_detour": share(detour[True]), "direct": share(detour[False])}
 
 
-def how_episodes_end(backend: Any, policy: Any, make_env: Any, seeds: Any,
-                     config: Any) -> dict[str, Any]:
-    """Why the greedy episodes fail, from the same greedy episodes replayed: ``failed_in_hole``
-    and ``failed_out_of_turns`` count the failed episodes by how they ended; and, over every
-    turn, ``misread_player`` / ``misread_goal`` count the explanations (``P@r,c G@r,c``) whose
-    player or goal cell is not the true one (null for a policy that does not explain)."""
-    greedy = replace(config.rollout, temperature=0.0)
-    batch = rollout(seeds, make_env, backend, policy.turn_format(), Chain(group_size=1),
-                    config=greedy)
+def how_episodes_end(trees: list[Any], make_env: Any, seeds: Any) -> dict[str, Any]:
+    """Why the greedy episodes fail, from the evaluation's own episodes (``trees``, one per
+    seed) replayed in the environment: ``failed_in_hole`` and ``failed_out_of_turns`` count
+    the failed episodes by how they ended; and, over every turn, ``misread_player`` /
+    ``misread_goal`` count the explanations (``P@r,c G@r,c``) whose player or goal cell is not
+    the true one (null for a policy that does not explain)."""
     ends = {"hole": 0, "turns": 0}
     misread = {"player": 0, "goal": 0, "explained": 0, "turns": 0}
-    for seed, tree in zip(seeds, batch.trees, strict=True):
+    for seed, tree in zip(seeds, trees, strict=True):
         leaf = leaves(tree)[0]
         env = make_env()
         env.reset(int(seed))

@@ -186,6 +186,7 @@ def test_the_config_check_refuses_continuous_batching_on_a_registered_backend_th
     streaming = replace(base, rollout=replace(base.rollout, continuous=True, synchronous=False))
     check_config(streaming)  # the in-process hf backend streams
     assert backend_streams("hf") is True and backend_streams("pkg.mod:make") is None
+    assert backend_streams("llamacpp") is False  # the flag lives in the registry entry
     for name in ("llamacpp", "vllm", "sglang"):
         with pytest.raises(ValueError, match=rf"--rollout\.continuous is on, which needs a "
                            rf"backend with submit.*'{name}' has none"):

@@ -8,7 +8,7 @@ from transformers.cache_utils import DynamicLayer
 
 from treeroll.backends import hf_cache
 from treeroll.backends.hf import HFBackend
-from treeroll.backends.hf_cache import GrowingLayer, growing_cache
+from treeroll.backends.hf_cache import GrowingLayer, growing_cache, room_for
 from treeroll.envs import make_frozenlake
 from treeroll.formatting import TurnFormat
 from treeroll.rollout import RolloutConfig, rollout
@@ -81,11 +81,31 @@ def test_growing_cache_holds_the_given_layers_and_makes_the_rest_lazily() -> Non
     assert [type(layer) for layer in empty.layers] == [GrowingLayer, GrowingLayer]
 
 
+def test_a_buffer_with_room_is_adopted_without_a_copy_and_appended_into() -> None:
+    """The decode batch's builders allocate ``room_for(length)`` positions and hand the buffer
+    over: no second copy when the cache is made, none on the next appends."""
+    keys, values = _kv(2, room_for(5), 0)
+    first = keys[:, :, :5].clone()
+    cache = growing_cache([(keys, values)], 5)
+    assert cache.layers[0].keys.data_ptr() == keys.data_ptr()
+    assert cache.get_seq_length() == 5
+    new_keys, new_values = _kv(2, 1, 2)
+    held, _ = cache.layers[0].update(new_keys, new_values)
+    assert held.data_ptr() == keys.data_ptr() and held.shape[2] == 6
+    assert torch.equal(held, torch.cat([first, new_keys], dim=2))
+    with pytest.raises(ValueError, match="cannot hold"):
+        GrowingLayer().adopt(keys[:, :, :3], values[:, :, :3], 4)
+
+
 class _ConcatenatingLayer(DynamicLayer):
     """transformers' own layer (a copy on every append), with the decode batch's trim."""
 
     def drop_front(self, positions: int) -> None:
         self.keys, self.values = self.keys[:, :, positions:], self.values[:, :, positions:]
+
+    def adopt(self, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
+        self.lazy_initialization(keys, values)
+        self.keys, self.values = keys[:, :, :length], values[:, :, :length]
 
 
 @pytest.mark.parametrize("continuous", [False, True], ids=["calls", "continuous"])

@@ -14,7 +14,7 @@ from __future__ import annotations
 from treeroll.base import Budget, StrategyContext
 from treeroll.tree import Node, NodeStatus, RolloutTree
 
-__all__ = ["add_budget", "clip_frontier", "clip_order", "token_caps"]
+__all__ = ["add_budget", "clip_order", "token_caps"]
 
 
 def add_budget(ctx: StrategyContext, grant: Budget) -> None:
@@ -36,16 +36,11 @@ def token_caps(entries: int, tokens_left: int | None, per_turn: int) -> list[int
     return [min(per_turn, share + (1 if i < extra else 0)) for i in range(entries)]
 
 
-def clip_frontier(tree: RolloutTree, frontier: list[Node], ctx: StrategyContext, *,
-                  live_elsewhere: int = 0) -> list[Node]:
-    """Drop frontier entries the budget does not allow; record why on the nodes.
-    ``live_elsewhere``: branches of this tree still to end outside ``frontier``."""
-    return [frontier[i] for i in clip_order(tree, frontier, ctx, live_elsewhere=live_elsewhere)]
-
-
 def clip_order(tree: RolloutTree, frontier: list[Node], ctx: StrategyContext, *,
                live_elsewhere: int = 0) -> list[int]:
-    """:func:`clip_frontier` as positions into ``frontier``, in the order they are sent."""
+    """The positions in ``frontier`` the budget allows, in the order they are sent; the
+    entries it drops have their status and note recorded. ``live_elsewhere``: branches of
+    this tree still to end outside ``frontier``."""
     open_ = [i for i, n in enumerate(frontier) if not n.ended]
     if ctx.tokens_left is not None and ctx.tokens_left <= 0:
         for i in open_:

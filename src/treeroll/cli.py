@@ -22,7 +22,12 @@ from rich.console import Console
 from rich.table import Table
 
 from treeroll.checks import Check, checked, validate
-from treeroll.config import TrainConfig, _build, config_to_dict, load_config
+from treeroll.config import (
+    HELD_OUT_RESERVED,
+    TrainConfig,
+    load_config,
+    merged_config,
+)
 from treeroll.reporting import make_reporter
 
 __all__ = ["main"]
@@ -91,15 +96,6 @@ def _class_doc(cls: Any) -> str | None:
     return inspect.cleandoc(doc)
 
 
-def _merged(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
-    """``overlay``'s keys on top of ``base``'s, recursively."""
-    out = dict(base)
-    for key, value in overlay.items():
-        both = isinstance(value, dict) and isinstance(base.get(key), dict)
-        out[key] = _merged(base[key], value) if both else value
-    return out
-
-
 def _parse(cls: type[T], args: list[str], description: str, *, command: str,
            default: T | None = None) -> T:
     """Settings for ``treeroll <command>``: ``default`` (or the dataclass's defaults), then
@@ -129,7 +125,7 @@ def _parse(cls: type[T], args: list[str], description: str, *, command: str,
             default = from_file
         else:
             overlay = yaml.safe_load(Path(config_path).read_text()) or {}
-            default = _build(cls, _merged(config_to_dict(default), overlay), "")
+            default = merged_config(default, overlay)
     text = f"{_plain(description.strip())}\n{CONFIG_HELP}"
     prog = f"treeroll {command}"
     registry = _help_registry()
@@ -204,10 +200,13 @@ class EvalCommand:
     """Without --run: a shipped policy's name or a policy folder (default: the default
     training's starting policy, ``frozenlake-tiny``), on the default training's held-out
     tasks (FrozenLake, rLLM convention)."""
-    tasks: int = checked(256, ge=1)
-    """Held-out tasks (never used in training)."""
+    tasks: int = checked(256, ge=1, le=HELD_OUT_RESERVED)
+    """Evaluation tasks (never used in training)."""
     temperature: float = checked(0.0, ge=0)
     """Sampling temperature (0 = greedy)."""
+    pool: str = checked("held_out", choices=("held_out", "validation"))
+    """``held_out`` for a figure you report, ``validation`` while choosing a setting (the two
+    pools share no task with each other or with training)."""
 
 
 def cmd_eval(args: list[str]) -> int:
@@ -219,7 +218,7 @@ def cmd_eval(args: list[str]) -> int:
                               "checkpoint) or --policy (a policy folder or shipped name), not "
                               "both")] if both else [])
     from treeroll.session import load_run_policy, starting_policy
-    from treeroll.training.evaluation import evaluate, task_pools
+    from treeroll.training.evaluation import evaluate, pool_words, task_pools
 
     if command.run is not None:
         config, backend, turn_format, make_env = load_run_policy(Path(command.run))
@@ -233,11 +232,13 @@ def cmd_eval(args: list[str]) -> int:
         policy = starting_policy(config)
         backend = HFBackend(policy.model, pad_token_id=policy.tokenizer.pad_token_id or 0)
         turn_format, make_env = policy.turn_format(), make_env_factory(config.env)
-    config.eval = replace(config.eval, tasks=command.tasks, temperature=command.temperature)
-    _, held_out = task_pools(config.env, config.eval)
+    config.eval = replace(config.eval, tasks=command.tasks, temperature=command.temperature,
+                          pool=command.pool)
+    _, tasks = task_pools(config.env, config.eval)
     with make_reporter(console) as reporter:
-        reporter.phase(f"evaluating {command.tasks} held-out tasks", command.tasks)
-        result = evaluate(backend, turn_format, make_env, held_out[: command.tasks], config.eval,
+        reporter.phase(f"evaluating {command.tasks} {pool_words(config.eval)} tasks",
+                       command.tasks)
+        result = evaluate(backend, turn_format, make_env, tasks[: command.tasks], config.eval,
                           config.rollout, reporter=reporter)
     print(json.dumps(result.as_dict()))
     return 0

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import yaml
 
-from treeroll.checks import validate
+from treeroll.checks import checked, validate
 from treeroll.config import TrainConfig, check_config, config_to_dict
 from treeroll.training.evaluation import Reporter
 from treeroll.training.runfolder import config_differences, finished_steps
@@ -52,11 +52,11 @@ class CompareConfig:
     how much each task gets, chains how; `base.allocator` holds its settings)."""
     seeds: tuple[int, ...] = (0, 1, 2)
     """Training seeds; each strategy runs once per seed."""
-    token_budget: int = 600
+    token_budget: int = checked(600, ge=1)
     """Generated tokens per task per step, for every strategy (rollout.max_generated_tokens)."""
     patr_scorer: str = "frozenlake_progress"
     """Process scorer PATR uses."""
-    jobs: int = 1
+    jobs: int = checked(1, ge=1)
     """Runs trained at once, each in its own process with ``base.threads // jobs`` threads
     (at least one). A run's seed fixes what it computes, whatever runs beside it (a test
     finds every figure of a two-at-a-time comparison at one thread a run equal to those of a
@@ -188,10 +188,6 @@ def run_compare(config: CompareConfig, reporter: Reporter | None = None) -> str:
     problems += [("--seeds", "is empty; give at least one")] if not config.seeds else []
     negative = [seed for seed in config.seeds if seed < 0]
     problems += [("--seeds", f"holds {negative}; seeds must be >= 0")] if negative else []
-    if config.token_budget < 1:
-        problems.append(("--token-budget", f"is {config.token_budget}; must be >= 1"))
-    if config.jobs < 1:
-        problems.append(("--jobs", f"is {config.jobs}; must be >= 1"))
     bad_arms = [arm for arm in config.strategies if arm.count("+") > 1 or arm.startswith("+")
                 or arm.endswith("+")]
     if bad_arms:

@@ -27,6 +27,7 @@ from treeroll.strategies import PATR, Chain, RandomTree, TreeGRPO
 from treeroll.training.loss import LossConfig
 
 __all__ = [
+    "HELD_OUT_RESERVED",
     "AdvantageConfig",
     "EnvConfig",
     "EvalConfig",
@@ -39,6 +40,7 @@ __all__ = [
     "check_config",
     "config_to_dict",
     "load_config",
+    "merged_config",
 ]
 
 
@@ -311,20 +313,33 @@ class WandbConfig:
     later); ``online`` also streams it to the server."""
 
 
+HELD_OUT_RESERVED = 4096
+"""The held-out pool is the first this many seeds of its generator (skipping training seeds);
+evaluations take a prefix of it, and the validation pool never draws from it."""
+
+
 @dataclass
 class EvalConfig:
-    """Held-out evaluation: task seeds never used in training."""
+    """Evaluation on task seeds never used in training: the held-out pool (reported figures)
+    or the validation pool (choosing settings), disjoint from each other and from training."""
 
-    tasks: int = checked(256, ge=1)
-    """Held-out tasks at the start and end of training."""
+    tasks: int = checked(256, ge=1, le=HELD_OUT_RESERVED)
+    """Evaluation tasks at the start and end of training."""
     every: int = checked(0, ge=0)
     """Also evaluate every this many steps on ``tasks_during`` tasks (0 = only start and end)."""
-    tasks_during: int = checked(64, ge=1)
+    tasks_during: int = checked(64, ge=1, le=HELD_OUT_RESERVED)
     """Held-out tasks for evaluations during training."""
     temperature: float = checked(0.0, ge=0)
     """Sampling temperature of the evaluation (0 = greedy)."""
     seed: int = checked(42, ge=0)
     """Seed of the held-out task generator (rLLM's test set uses 42)."""
+    pool: str = checked("held_out", choices=("held_out", "validation"))
+    """Which tasks evaluations use: ``held_out`` for figures that are reported, ``validation``
+    for runs that choose a setting (a learning rate, a penalty, a step count), so that the
+    held-out tasks never influence a choice."""
+    validation_seed: int = checked(7, ge=0)
+    """Seed of the validation task generator; its seeds skip the training pool and the first
+    ``HELD_OUT_RESERVED`` held-out seeds, so the three pools never share a task."""
 
 
 @dataclass
@@ -430,6 +445,21 @@ def load_config(path: str | Path | None, cls: type[T] = TrainConfig) -> T:  # ty
     return _build(cls, data or {}, "")
 
 
+def _merged(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """``overlay``'s keys on top of ``base``'s, recursively."""
+    out = dict(base)
+    for key, value in overlay.items():
+        both = isinstance(value, dict) and isinstance(base.get(key), dict)
+        out[key] = _merged(base[key], value) if both else value
+    return out
+
+
+def merged_config(base: T, overlay: dict[str, Any]) -> T:
+    """``base`` with a config mapping (a YAML file's) on top, recursively; its keys and
+    values are checked as a config file's are."""
+    return _build(type(base), _merged(config_to_dict(base), overlay), "")
+
+
 def config_to_dict(config: Any) -> dict[str, Any]:
     """A plain dict (for YAML / JSON) of a config dataclass."""
     return dataclasses.asdict(config)
@@ -488,9 +518,16 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
         found += _init_problems(config.policy.init)
     if "optim" in sections and "advantage" in sections:
         found += _optim_problems(config)
-    if "optim" in sections and "env" in sections:
-        per_step = getattr(config.optim, "tasks_per_step", None)
-        if per_step is not None and per_step > config.env.train_tasks:
+    if "rollout" in sections and "backend" in sections:
+        from treeroll.plugins import backend_streams
+        from treeroll.rollout import continuous_problems
+
+        backend = config.backend.name
+        found += continuous_problems(config.rollout, backend, backend_streams(backend),
+                                     "--rollout.")
+    if {"optim", "env"} <= sections and isinstance(config.optim, OptimConfig):  # not SFT's
+        per_step = config.optim.tasks_per_step
+        if per_step > config.env.train_tasks:
             found.append(("--optim.tasks-per-step", f"is {per_step}, more than the training "
                           f"pool's {config.env.train_tasks} tasks (--env.train-tasks)"))
     return found
@@ -509,12 +546,6 @@ def _optim_problems(config: Any) -> list[tuple[str, str]]:
     if optim.behaviour_lag and backend != "hf":
         found.append(("--optim.behaviour-lag", f"is {optim.behaviour_lag}, which needs the "
                       f"in-process 'hf' backend (a second copy of the model), not {backend!r}"))
-    rollout = getattr(config, "rollout", None)
-    if rollout is not None:
-        from treeroll.plugins import backend_streams
-        from treeroll.rollout import continuous_problems
-
-        found += continuous_problems(rollout, backend, backend_streams(backend), "--rollout.")
     defaults = type(loss)()
     if loss.objective == "truncated_is":
         found += [(f"--optim.loss.{key.replace('_', '-')}", f"is {getattr(loss, key)}, which "

@@ -27,7 +27,7 @@ from treeroll.registry import Registry, build_user_plugin, parse_options
 from treeroll.strategies import PATR
 
 __all__ = ["ADVANTAGES", "ALLOCATORS", "BACKENDS", "ENVS", "ENV_SCORERS", "SCORERS", "STRATEGIES",
-           "backend_streams", "make_allocator", "make_backend", "make_env_factory",
+           "BackendPlugin", "backend_streams", "make_allocator", "make_backend", "make_env_factory",
            "make_estimator", "make_strategy", "register_backend", "scorer_name_for",
            "sync_weights"]
 
@@ -233,18 +233,25 @@ def scorer_name_for(scorer_name: str | None, strategy: Strategy, env_name: str) 
 
 
 BackendBuilder = Callable[[Any, Any], GenerationBackend]
-BACKENDS: Registry[BackendBuilder] = Registry("backend")
-"""Backend name -> builder taking the ``BackendConfig`` and the policy (model, tokenizer)."""
-_STREAMING: dict[str, bool] = {}
-"""Registered backend name -> whether its backends stream (``StreamingBackend``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendPlugin:
+    """A registered backend: its builder (taking the ``BackendConfig`` and the policy) and
+    whether what it builds is a :class:`~treeroll.base.StreamingBackend` (the config check
+    refuses ``--rollout.continuous`` with one that is not, before anything is built)."""
+
+    build: BackendBuilder
+    streams: bool
+
+
+BACKENDS: Registry[BackendPlugin] = Registry("backend")
+"""Backend name -> :class:`BackendPlugin`."""
 
 
 def register_backend(name: str, builder: BackendBuilder, *, streams: bool) -> BackendBuilder:
-    """Register ``builder`` as backend ``name``; ``streams``: whether what it builds is a
-    :class:`~treeroll.base.StreamingBackend` (the config check refuses
-    ``--rollout.continuous`` with one that is not, before anything is built)."""
-    BACKENDS.register(name, builder)
-    _STREAMING[name] = streams
+    """Register ``builder`` as backend ``name`` (see :class:`BackendPlugin`)."""
+    BACKENDS.register(name, BackendPlugin(builder, streams))
     return builder
 
 
@@ -304,17 +311,17 @@ def backend_streams(name: str) -> bool | None:
     """Whether the backend registered as ``name`` decodes continuously
     (:class:`~treeroll.base.StreamingBackend`); None for a user's ``package.module:builder``,
     known only once built (``rollout()`` checks the built backend)."""
-    return _STREAMING.get(name)
+    return BACKENDS.get(name).streams if name in BACKENDS else None
 
 
 def make_backend(backend_config: Any, policy: Any) -> GenerationBackend:
     """The backend named by ``backend_config.name`` for ``policy``; a user's
     ``package.module:builder`` is called with the policy and its ``options`` block."""
-    name = backend_config.name
-    if name in BACKENDS:
-        return BACKENDS.get(name)(backend_config, policy)
-    made: GenerationBackend = build_user_plugin(BACKENDS.get(name), backend_config.options,
-                                                "backend", policy)
+    plugin = BACKENDS.get(backend_config.name)  # registered, or a user's loaded builder
+    if isinstance(plugin, BackendPlugin):
+        return plugin.build(backend_config, policy)
+    made: GenerationBackend = build_user_plugin(plugin, backend_config.options, "backend",
+                                                policy)
     return made
 
 

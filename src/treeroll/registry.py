@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 __all__ = ["Registry", "build_user_plugin", "load_object", "parse_options"]
@@ -65,12 +65,6 @@ class Registry(Generic[T]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(sorted(self._items))
-
-
-def validate_choice(kind: str, name: str, valid: Callable[[], list[str]]) -> None:
-    """Raise a clear error unless ``name`` is one of ``valid()`` or an import path."""
-    if ":" not in name and name not in valid():
-        raise ValueError(f"unknown {kind} {name!r}; valid: {', '.join(valid())}")
 
 
 def parse_options(options: Mapping[str, Any]) -> dict[str, Any]:

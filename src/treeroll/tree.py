@@ -16,7 +16,7 @@ Algorithms over trees (export, accounting, JSON) are functions in this module, n
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,6 @@ __all__ = [
     "Trajectory",
     "context_ids",
     "export_trajectories",
-    "iter_nodes",
     "leaves",
     "leaves_below",
     "load_tree",
@@ -138,11 +137,6 @@ class RolloutTree:
         parent.children.append(child)
         self.nodes.append(child)
         return child
-
-
-def iter_nodes(tree: RolloutTree) -> Iterator[Node]:
-    """All nodes in creation order."""
-    return iter(tree.nodes)
 
 
 def leaves(tree: RolloutTree) -> list[Node]:

@@ -134,7 +134,10 @@ def tree_headline(tree: RolloutTree) -> list[str]:
     each chain's context once). What the backend actually ``computed`` (prefill + generated)
     also depends on its prefix cache (the scripted SWE agent has none and re-reads every
     turn's whole context), so it is a line of its own, with its parts, when recorded."""
-    counts = token_counts(tree)
+    return _headline(tree, token_counts(tree))
+
+
+def _headline(tree: RolloutTree, counts: TokenCounts) -> list[str]:
     strategy = tree.meta.get("strategy", "?")
     lines = [f"task seed {tree.task_seed} · strategy {strategy} · {counts.leaves} leaves · "
              f"{len(tree.nodes)} nodes",
@@ -419,7 +422,7 @@ def render_tree_html(tree: RolloutTree, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     layout = _layout(tree)
     counts = token_counts(tree)
-    first = tree_headline(tree)[0]
+    first = _headline(tree, counts)[0]
     saved = counts.chain_unique - counts.unique
     figures = [
         ("generated", f"{counts.generated:,}"),

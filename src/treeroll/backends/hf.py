@@ -315,7 +315,7 @@ class HFBackend:
     def _pack_past(kvs: list[list[KV]], lengths: list[int]) -> tuple[Any, torch.Tensor]:
         """Left-pad cached prefixes (``lengths[b]`` tokens each, given as pieces that are
         copied straight into place) into one cache and its mask."""
-        from treeroll.backends.hf_cache import growing_cache  # imports transformers
+        from treeroll.backends.hf_cache import growing_cache, room_for  # imports transformers
 
         batch, past = len(lengths), max(lengths)
         mask = torch.zeros(batch, past, dtype=torch.long)
@@ -324,10 +324,10 @@ class HFBackend:
         if past == 0:
             return growing_cache(), mask
         reference = next(pieces[0] for pieces in kvs if pieces)
-        layers = []
+        layers, room = [], room_for(past)
         for layer, (k0, v0) in enumerate(reference):
-            keys = k0.new_zeros(batch, k0.shape[0], past, k0.shape[2])  # [batch, heads, past, d]
-            values = v0.new_zeros(batch, v0.shape[0], past, v0.shape[2])
+            keys = k0.new_zeros(batch, k0.shape[0], room, k0.shape[2])  # [batch, heads, room, d]
+            values = v0.new_zeros(batch, v0.shape[0], room, v0.shape[2])
             for b, (m, pieces) in enumerate(zip(lengths, kvs, strict=True)):
                 at = past - m
                 for piece in pieces:
@@ -336,7 +336,7 @@ class HFBackend:
                     values[b, :, at:at + n] = piece[layer][1]
                     at += n
             layers.append((keys, values))
-        return growing_cache(layers), mask
+        return growing_cache(layers, past), mask  # the first `past` positions are filled
 
     def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
                  cache: Any) -> torch.Tensor:

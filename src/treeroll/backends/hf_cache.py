@@ -24,9 +24,15 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-__all__ = ["GrowingLayer", "growing_cache"]
+__all__ = ["GrowingLayer", "growing_cache", "room_for"]
 
 _MIN_ROOM = 64
+
+
+def room_for(length: int) -> int:
+    """Positions a buffer holding ``length`` gets: ``length`` plus ``max(64, length / 8)``
+    spare (a caller that builds a cache allocates this many, and the layer adopts it)."""
+    return length + max(_MIN_ROOM, length // 8)
 
 
 class GrowingLayer(DynamicLayer):
@@ -79,7 +85,7 @@ class GrowingLayer(DynamicLayer):
         """A fresh buffer holding the current keys/values, with room for ``new`` and more."""
         old_keys, old_values = self._held()
         held = old_keys.shape[-2] if old_keys.numel() else 0
-        room = held + new + max(_MIN_ROOM, (held + new) // 8)
+        room = room_for(held + new)
         batch, heads, _, dim = key_states.shape
         keys = key_states.new_empty(batch, heads, room, dim)
         values = value_states.new_empty(batch, heads, room, value_states.shape[-1])
@@ -88,6 +94,16 @@ class GrowingLayer(DynamicLayer):
             values[:, :, :held] = old_values
         self._key_buffer, self._value_buffer = keys, values
         self._start, self._end = 0, held
+
+    def adopt(self, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
+        """Hold ``keys``/``values`` ([batch, heads, capacity, dim], their first ``length``
+        positions filled) as this layer's buffers, without copying them."""
+        if keys.shape[2] < length or values.shape[2] < length:
+            raise ValueError(f"buffers of {keys.shape[2]} positions cannot hold {length}")
+        self.lazy_initialization(keys, values)
+        self._key_buffer, self._value_buffer = keys, values
+        self._start, self._end = 0, length
+        self._set_view()
 
     def drop_front(self, positions: int) -> None:
         """Forget the first ``positions`` positions of every row (no copy)."""
@@ -109,13 +125,19 @@ class GrowingLayer(DynamicLayer):
         self._set_view()
 
 
-def growing_cache(layers: Sequence[tuple[torch.Tensor, torch.Tensor]] = ()) -> DynamicCache:
+def growing_cache(layers: Sequence[tuple[torch.Tensor, torch.Tensor]] = (),
+                  length: int | None = None) -> DynamicCache:
     """A ``DynamicCache`` of :class:`GrowingLayer` holding ``layers`` (one ``(keys, values)``
-    per model layer; empty: the layers are made by the first forward)."""
+    per model layer; empty: the layers are made by the first forward). With ``length``, the
+    tensors are buffers whose first ``length`` positions are filled (allocate
+    :func:`room_for` positions): they are adopted, not copied."""
     cache = DynamicCache()
     cache.layer_class_to_replicate = GrowingLayer
     for keys, values in layers:
         layer = GrowingLayer()
-        layer.update(keys, values)
+        if length is None:
+            layer.update(keys, values)
+        else:
+            layer.adopt(keys, values, length)
         cache.layers.append(layer)
     return cache

@@ -98,15 +98,16 @@ class DecodeBatch:
             self.cache, self.mask = new.cache, new.mask
             self.next_pos, self.logits = new.next_pos, new.logits
             return
-        from treeroll.backends.hf_cache import growing_cache  # imports transformers
+        from treeroll.backends.hf_cache import growing_cache, room_for  # imports transformers
 
         offset = self.mask.shape[0]
         past = max(self.mask.shape[1], new.mask.shape[1])
         layers = []
         for old_layer, new_layer in zip(self.cache.layers, new.cache.layers, strict=True):
-            layers.append((_left_pad_cat(old_layer.keys, new_layer.keys, past),
-                           _left_pad_cat(old_layer.values, new_layer.values, past)))
-        self.cache = growing_cache(layers)
+            layers.append((_left_pad_cat(old_layer.keys, new_layer.keys, past, room_for(past)),
+                           _left_pad_cat(old_layer.values, new_layer.values, past,
+                                         room_for(past))))
+        self.cache = growing_cache(layers, past)
         self.mask = torch.cat([_left_pad(self.mask, past), _left_pad(new.mask, past)])
         self.next_pos = torch.cat([self.next_pos, new.next_pos])
         self.logits = torch.cat([self.logits, new.logits])
@@ -183,10 +184,11 @@ def _left_pad(mask: torch.Tensor, length: int) -> torch.Tensor:
     return torch.cat([mask.new_zeros(mask.shape[0], length - mask.shape[1]), mask], dim=1)
 
 
-def _left_pad_cat(old: torch.Tensor, new: torch.Tensor, length: int) -> torch.Tensor:
+def _left_pad_cat(old: torch.Tensor, new: torch.Tensor, length: int,
+                  capacity: int) -> torch.Tensor:
     """Two ``[batch, heads, n, dim]`` caches stacked on the batch axis, each left-padded with
-    zeros to ``length`` positions."""
-    out = old.new_zeros(old.shape[0] + new.shape[0], old.shape[1], length, old.shape[3])
-    out[:old.shape[0], :, length - old.shape[2]:] = old
-    out[old.shape[0]:, :, length - new.shape[2]:] = new
+    zeros to ``length`` positions, in a buffer of ``capacity`` positions (room to append)."""
+    out = old.new_zeros(old.shape[0] + new.shape[0], old.shape[1], capacity, old.shape[3])
+    out[:old.shape[0], :, length - old.shape[2]:length] = old
+    out[old.shape[0]:, :, length - new.shape[2]:length] = new
     return out

@@ -14,11 +14,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from treeroll.base import Env, GenerationBackend
-from treeroll.config import EnvConfig, EvalConfig
+from treeroll.config import HELD_OUT_RESERVED, EnvConfig, EvalConfig
 from treeroll.formatting import TurnFormat
 from treeroll.rollout import RolloutConfig, rollout
 from treeroll.strategies import Chain
-from treeroll.tree import leaves, path_to
+from treeroll.tree import RolloutTree, leaves, path_to
 
 __all__ = ["EvalResult", "Reporter", "Silent", "evaluate", "task_pools", "wilson_interval"]
 
@@ -60,12 +60,21 @@ class EvalResult:
     """Share of the evaluation's turns whose reply the environment could parse."""
     successes: list[bool] = field(default_factory=list)
     """Per task, in the order of the seeds evaluated (not in :meth:`as_dict`)."""
+    pool: str = "held_out"
+    """The task pool evaluated (``EvalConfig.pool``)."""
+    trees: list[RolloutTree] = field(default_factory=list)
+    """The evaluated episodes, one tree per task (not in :meth:`as_dict`)."""
 
-    def as_dict(self) -> dict[str, float]:
+    def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON."""
         return {"success_rate": self.success_rate, "ci95_low": self.low, "ci95_high": self.high,
                 "tasks": self.tasks, "temperature": self.temperature,
-                "format_ok": self.format_ok}
+                "format_ok": self.format_ok, "pool": self.pool}
+
+
+def pool_words(evaluation: EvalConfig) -> str:
+    """How messages name the evaluation's pool: ``held-out`` or ``validation``."""
+    return evaluation.pool.replace("_", "-")
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -78,21 +87,32 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def task_pools(env: EnvConfig, evaluation: EvalConfig) -> tuple[np.ndarray, np.ndarray]:
-    """Training task seeds and held-out seeds (disjoint; held-out drawn from
-    ``evaluation.seed``, skipping every training seed)."""
-    train = np.random.default_rng(env.task_seed).choice(1_000_000, size=env.train_tasks,
-                                                        replace=False)
-    rng = np.random.default_rng(evaluation.seed)
-    held_out: list[int] = []
-    taken = set(train.tolist())
-    needed = max(evaluation.tasks, evaluation.tasks_during)
-    while len(held_out) < needed:
+def _draw(rng: np.random.Generator, count: int, taken: set[int]) -> list[int]:
+    """``count`` task seeds from ``rng``, skipping (and then adding to) ``taken``."""
+    drawn: list[int] = []
+    while len(drawn) < count:
         seed = int(rng.integers(1_000_000))
         if seed not in taken:
             taken.add(seed)
-            held_out.append(seed)
-    return train, np.array(held_out)
+            drawn.append(seed)
+    return drawn
+
+
+def task_pools(env: EnvConfig, evaluation: EvalConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Training task seeds and the evaluation seeds of ``evaluation.pool``, disjoint.
+
+    ``held_out``: drawn from ``evaluation.seed``, skipping every training seed (a prefix of
+    the first ``HELD_OUT_RESERVED``). ``validation``: drawn from ``evaluation.validation_seed``,
+    skipping the training seeds and those ``HELD_OUT_RESERVED`` held-out seeds."""
+    train = np.random.default_rng(env.task_seed).choice(1_000_000, size=env.train_tasks,
+                                                        replace=False)
+    taken = set(train.tolist())
+    needed = max(evaluation.tasks, evaluation.tasks_during)
+    if evaluation.pool == "held_out":
+        return train, np.array(_draw(np.random.default_rng(evaluation.seed), needed, taken))
+    _draw(np.random.default_rng(evaluation.seed), HELD_OUT_RESERVED, taken)
+    validation = _draw(np.random.default_rng(evaluation.validation_seed), needed, taken)
+    return train, np.array(validation)
 
 
 def evaluate(backend: GenerationBackend, turn_format: TurnFormat, make_env: Callable[[], Env],
@@ -126,4 +146,4 @@ def evaluate(backend: GenerationBackend, turn_format: TurnFormat, make_env: Call
     if reporter is not None:
         reporter.advance(len(seeds), {"success": wins / max(len(seeds), 1)})
     return EvalResult(wins / max(len(seeds), 1), low, high, len(seeds), config.temperature,
-                      well_formed / max(len(turns), 1), successes)
+                      well_formed / max(len(turns), 1), successes, config.pool, batch.trees)

@@ -24,7 +24,7 @@ from treeroll.config import PolicyConfig, check_config, config_to_dict
 from treeroll.formatting import TurnFormat
 from treeroll.plugins import make_env_factory
 from treeroll.policies import Policy, build_policy, save_policy
-from treeroll.training.evaluation import Reporter, Silent, evaluate, task_pools
+from treeroll.training.evaluation import Reporter, Silent, evaluate, pool_words, task_pools
 from treeroll.training.runfolder import (
     RunFolder,
     append_jsonl,
@@ -213,7 +213,8 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
         state.step, summary = int(saved["step"]), dict(saved["summary"])
         folder.keep_records_until(state.step)
     elif config.eval.tasks:
-        reporter.phase(f"evaluating the starting policy on {config.eval.tasks} held-out tasks",
+        reporter.phase(f"evaluating the starting policy on {config.eval.tasks} "
+                       f"{pool_words(config.eval)} tasks",
                        config.eval.tasks)
         summary["start_eval"] = held_out_eval(config.eval.tasks)
         append_jsonl(folder.metrics, {"step": 0, "eval": summary["start_eval"]})
@@ -272,8 +273,8 @@ def _finish(config: SFTConfig, folder: RunFolder, policy: Policy, summary: dict[
             held_out_eval: Callable[[int], dict[str, float]], reporter: Reporter
             ) -> dict[str, Any]:
     if config.eval.tasks:
-        reporter.phase(f"evaluating the fine-tuned policy on {config.eval.tasks} held-out "
-                       "tasks", config.eval.tasks)
+        reporter.phase(f"evaluating the fine-tuned policy on {config.eval.tasks} "
+                       f"{pool_words(config.eval)} tasks", config.eval.tasks)
         summary["final_eval"] = held_out_eval(config.eval.tasks)
         append_jsonl(folder.metrics, {"step": config.optim.steps, "final": True,
                                       "eval": summary["final_eval"]})

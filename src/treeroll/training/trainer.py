@@ -36,7 +36,7 @@ from treeroll.plugins import (
 from treeroll.policies import build_policy
 from treeroll.rollout import count_status, rollout
 from treeroll.training.behaviour import StaleBehaviour
-from treeroll.training.evaluation import Reporter, Silent, evaluate, task_pools
+from treeroll.training.evaluation import Reporter, Silent, evaluate, pool_words, task_pools
 from treeroll.training.loss import TrainItem, by_turn_reversed, expanded_backward
 from treeroll.training.packed import PackingUnsupported, packed_backward, unsupported_reason
 from treeroll.training.runfolder import (
@@ -100,19 +100,41 @@ class _Run:
     def __init__(self, config: TrainConfig, folder: RunFolder, resolved: dict[str, Any],
                  reporter: Reporter) -> None:
         self.config, self.folder, self.reporter = config, folder, reporter
+        self._build_plug_ins()
+        self.train_seeds, self.held_out = task_pools(config.env, config.eval)
+        torch.manual_seed(config.seed)
+        self.rng = np.random.default_rng(config.seed)
+        state = self._load_policy(resolved)
+        self.summary: dict[str, Any] = {}
+        self.cumulative = {"generated": 0, "chain_computed": 0, "computed": 0}
+        self.done = 0  # the last step whose update was applied
+        self.updating = False
+        if state is not None:
+            self._resume_from(state)
+        else:
+            self._start_eval()
+        self._build_behaviour_and_reference(state)
+        self._open_logs(resolved)
+
+    def _build_plug_ins(self) -> None:
+        """Environment factory, strategy, estimator and scorer (a bad allocator fails here,
+        before any work)."""
+        config = self.config
         self.make_env = make_env_factory(config.env)
         self.strategy = make_strategy(config.strategy)
         self.estimator = make_estimator(config.advantage)
-        make_allocator(config.allocator, config.rollout)  # a bad allocator fails before work
+        make_allocator(config.allocator, config.rollout)
         scorer_name = scorer_name_for(config.scorer.name, self.strategy, config.env.name)
         self.scorer = None
         if scorer_name:
             from treeroll.scorers import make_scorer
 
             self.scorer = make_scorer(replace(config.scorer, name=scorer_name))
-        self.train_seeds, self.held_out = task_pools(config.env, config.eval)
-        torch.manual_seed(config.seed)
-        self.rng = np.random.default_rng(config.seed)
+
+    def _load_policy(self, resolved: dict[str, Any]) -> dict[str, Any] | None:
+        """The policy, its backend and optimiser; the checkpoint's state when resuming
+        (checked against the model before the run folder is touched)."""
+        config, folder = self.config, self.folder
         run_dir = folder.path
         policy = build_policy(config.policy.init, config.policy.model, config.policy.view,
                               self.make_env, run_dir / "policy" if folder.resume else None)
@@ -128,40 +150,45 @@ class _Run:
         self.backend = make_backend(config.backend, policy)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.optim.lr,
                                            weight_decay=config.optim.weight_decay)
-        self.summary: dict[str, Any] = {}
-        self.cumulative = {"generated": 0, "chain_computed": 0, "computed": 0}
-        self.done = 0  # the last step whose update was applied
-        self.updating = False
-        if state is not None:
-            self.model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
-            self.done = int(state["step"])
-            self.summary = dict(state.get("summary", {}))
-            self.cumulative.update(self.summary.get("cumulative", {}))
-            folder.keep_records_until(self.done)
-        else:
-            self._start_eval()
+        return state
+
+    def _resume_from(self, state: dict[str, Any]) -> None:
+        """Weights, optimiser, step and summary of a checkpoint; later records dropped."""
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.done = int(state["step"])
+        self.summary = dict(state.get("summary", {}))
+        self.cumulative.update(self.summary.get("cumulative", {}))
+        self.folder.keep_records_until(self.done)
+
+    def _build_behaviour_and_reference(self, state: dict[str, Any] | None) -> None:
+        """The lagged behaviour policy (``optim.behaviour_lag``) and the KL reference."""
+        config = self.config
         self.behaviour: StaleBehaviour | None = None  # the starting (or resumed) weights
         self.rollout_backend = self.backend
         if config.optim.behaviour_lag:
             self.behaviour = StaleBehaviour(self.model, config.optim.behaviour_lag,
                                             None if state is None else state["behaviour"])
             self.rollout_backend = make_backend(config.backend,
-                                                replace(policy, model=self.behaviour.model))
+                                                replace(self.policy, model=self.behaviour.model))
         self.ref_model = None
         if config.optim.loss.kl_coef:
             self.ref_model = copy.deepcopy(self.model).eval()
             for p in self.ref_model.parameters():
                 p.requires_grad_(False)
+
+    def _open_logs(self, resolved: dict[str, Any]) -> None:
+        """TensorBoard (and W&B) scalars, continuing a resumed run's."""
+        config, folder = self.config, self.folder
         mirrors = []
         if config.wandb.project is not None:
             from treeroll.training.wandb_log import WandbLog
 
-            mirrors.append(WandbLog(run_dir, config.wandb, name=config.name, config=resolved,
-                                    resume=folder.resume))
-        self.scalars = ScalarLog(run_dir, resume_step=self.done if folder.resume else None,
+            mirrors.append(WandbLog(folder.path, config.wandb, name=config.name,
+                                    config=resolved, resume=folder.resume))
+        self.scalars = ScalarLog(folder.path, resume_step=self.done if folder.resume else None,
                                  mirrors=mirrors)
-        if state is None:
+        if not folder.resume:
             self.scalars.record(0, {"eval": self.summary["start_eval"]})
 
     def _start_eval(self) -> None:
@@ -180,7 +207,8 @@ class _Run:
         reporter = None
         if what is not None:
             reporter = self.reporter
-            reporter.phase(f"evaluating {what} on {tasks} held-out tasks", tasks)
+            reporter.phase(f"evaluating {what} on {tasks} {pool_words(self.config.eval)} tasks",
+                           tasks)
         return evaluate(self.backend, self.turn_format, self.make_env, self.held_out[:tasks],
                         self.config.eval, self.config.rollout, reporter=reporter).as_dict()
 
@@ -370,6 +398,10 @@ def _step_record(step: int, trees: list[RolloutTree], update: dict[str, float],
         # Groups whose leaves' rewards differ: the only ones that give GRPO a gradient.
         "signal_groups": float(np.mean([len(set(r)) > 1 for r in per_tree_rewards]))
         if trees else 0.0,
+        # Sampled turns whose reply the environment could parse (each turn once, shared or not).
+        "format_ok": float(np.mean(turns_ok)) if (turns_ok := [
+            not node.info.get("format_error", False) for tree in trees for node in tree.nodes[1:]
+            if node.action_ids]) else 1.0,
         "generated_tokens": counts.generated,
         "cumulative_generated_tokens": cumulative["generated"],
         "tokens": {**counts.as_dict(),
