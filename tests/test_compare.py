@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 
-from treeroll.compare import CompareConfig, _t_interval, _t_quantile, _write_report, run_compare
+from treeroll.compare import CompareConfig, _t_quantile, _write_report, run_compare, t_interval
 from treeroll.config import config_to_dict, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,7 +46,7 @@ def test_t_quantile_matches_the_table(df: int) -> None:
                                     [0.4, 0.42, 0.5, 0.38, 0.45, 0.41, 0.47, 0.39, 0.44]])
 def test_t_interval_for_seven_and_nine_seeds(values: list[float]) -> None:
     """n = 7 and 9 seeds use t(6) = 2.447 and t(8) = 2.306, not the normal 1.96."""
-    mean, low, high = _t_interval(values)
+    mean, low, high = t_interval(values)
     half = T_TABLE[len(values) - 1] * float(np.std(values, ddof=1)) / math.sqrt(len(values))
     assert mean == pytest.approx(float(np.mean(values)))
     assert (low, high) == pytest.approx((mean - half, mean + half), abs=1e-4)

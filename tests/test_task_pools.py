@@ -45,7 +45,7 @@ def test_a_pool_is_a_prefix_of_its_larger_self() -> None:
 
 
 def test_an_evaluation_larger_than_the_reserved_held_out_pool_is_refused() -> None:
-    with pytest.raises(ConfigError, match=f"--eval.tasks .*<= {HELD_OUT_RESERVED}"):
+    with pytest.raises(ConfigError, match=rf"--eval\.tasks .*<= {HELD_OUT_RESERVED}"):
         validate(EvalConfig(tasks=HELD_OUT_RESERVED + 1), "eval")
-    with pytest.raises(ConfigError, match="--eval.pool .*'validation'"):
+    with pytest.raises(ConfigError, match=r"--eval\.pool .*'validation'"):
         validate(EvalConfig(pool="test"), "eval")

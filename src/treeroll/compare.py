@@ -37,7 +37,7 @@ from treeroll.training.evaluation import Reporter
 from treeroll.training.runfolder import config_differences, finished_steps
 from treeroll.training.trainer import train
 
-__all__ = ["CompareConfig", "run_compare"]
+__all__ = ["CompareConfig", "run_compare", "t_interval"]
 
 
 @dataclass
@@ -68,7 +68,7 @@ class CompareConfig:
     """The training settings every run shares (env, policy, optimiser, evaluation)."""
 
 
-def _t_interval(values: list[float]) -> tuple[float, float, float]:
+def t_interval(values: list[float]) -> tuple[float, float, float]:
     """Mean and 95% t-interval over seeds (Student's t with ``n - 1`` degrees of freedom)."""
     mean = float(np.mean(values))
     if len(values) < 2:
@@ -340,7 +340,7 @@ def _write_report(config: CompareConfig, results: dict[str, list[dict[str, Any]]
     summary: dict[str, Any] = {}
     curves: dict[str, list[tuple[float, float, float, float]]] = {}
     for strategy, runs in results.items():
-        mean, low, high = _t_interval([r["final_success"] for r in runs])
+        mean, low, high = t_interval([r["final_success"] for r in runs])
         low, high = max(low, 0.0), min(high, 1.0)  # a success rate lies in [0, 1]
         start = float(np.mean([r["start_success"] for r in runs]))
         row: dict[str, Any] = {key: float(np.mean([r[key] for r in runs]))
@@ -364,7 +364,7 @@ def _write_report(config: CompareConfig, results: dict[str, list[dict[str, Any]]
         for i in range(points):
             xs = [r["curve"][i][0] for r in runs if len(r["curve"]) > i]
             ys = [r["curve"][i][1] for r in runs if len(r["curve"]) > i]
-            m, lo, hi = _t_interval(ys)
+            m, lo, hi = t_interval(ys)
             curve.append((float(np.mean(xs)), m, lo, hi))
         curves[strategy] = curve
         trees = sorted((report / "runs" / f"{strategy}_seed{config.seeds[0]}" / "trees")

@@ -65,6 +65,10 @@ class EnvConfig:
     """FrozenLake: slippery dynamics (None = the convention's)."""
     max_turns: int | None = checked(None, ge=1)
     """Cap on turns per episode (None = the convention's)."""
+    format_penalty: float | None = checked(None, ge=0)
+    """FrozenLake: subtracted from a turn's reward when its reply held no valid action (None =
+    the convention's: rLLM 0, RAGEN 0.1). Success is unchanged; only the reward RL ranks
+    trajectories by sees it."""
     train_tasks: int = checked(10_000, ge=1)
     """Task seeds in the training pool (rLLM: 10,000)."""
     task_seed: int = checked(0, ge=0)
@@ -98,6 +102,9 @@ class PolicyConfig:
     ``treeroll sft`` and pass its folder as ``init``."""
     warm_start_lr: float = checked(3e-3, gt=0)
     """Learning rate of the warm start."""
+    system_in_user: bool = False
+    """Fold the system prompt into the first user turn, for a chat template that rejects or
+    drops a system message (Gemma's, Phi-3's); treeroll refuses such a template without it."""
     warm_start_batch: int = checked(16, ge=1)
     """Episodes per warm-start step."""
 

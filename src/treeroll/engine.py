@@ -300,8 +300,10 @@ class _Engine:
         observation, reward, terminated, truncated, info = branch.result
         truncated = truncated or (node.depth + 1 >= config.max_depth and not terminated)
         ended = terminated or truncated
+        stopped = completion.finish_reason == "stop" and bool(completion.token_ids)
         obs_ids, obs_text = ([], observation) if ended else self.turn_format.observation(
-            observation, action_ended_turn=completion.finish_reason == "stop")
+            observation, action_ended_turn=completion.finish_reason == "stop",
+            ended_with=completion.token_ids[-1] if stopped else None)
         info = dict(info)
         error = info.pop(ENV_ERROR, None)
         if error is not None:

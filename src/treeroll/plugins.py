@@ -130,7 +130,8 @@ def _frozenlake(convention: str) -> EnvFactoryBuilder:
         from treeroll.envs.frozenlake import make_frozenlake
 
         overrides = {key: getattr(env_config, key)
-                     for key in ("size_min", "size_max", "slippery", "max_turns")
+                     for key in ("size_min", "size_max", "slippery", "max_turns",
+                                 "format_penalty")
                      if getattr(env_config, key) is not None}
         make_frozenlake(convention, **overrides)  # validate now, not in a worker
         return lambda: make_frozenlake(convention, **overrides)

@@ -70,7 +70,8 @@ def load_run_policy(run_dir: Path) -> tuple[TrainConfig, GenerationBackend, Turn
     config = load_run_config(run_dir)
     make_env = make_env_factory(config.env)
     policy = build_policy(config.policy.init, config.policy.model, config.policy.view,
-                          make_env, run_dir / "policy")
+                          make_env, run_dir / "policy",
+                          system_in_user=config.policy.system_in_user)
     policy.model.load_state_dict(read_checkpoint(checkpoint)["model"])
     policy.model.eval()
     return config, make_backend(config.backend, policy), policy.turn_format(), make_env
@@ -81,7 +82,7 @@ def starting_policy(config: TrainConfig) -> Policy:
     loaded, or a from-scratch build after its format warm start."""
     make_env = make_env_factory(config.env)
     policy = build_policy(config.policy.init, config.policy.model, config.policy.view,
-                          make_env)
+                          make_env, system_in_user=config.policy.system_in_user)
     if config.policy.warm_start_steps and not config.policy.init:
         from treeroll.training.evaluation import task_pools
         from treeroll.training.sft_run import format_warm_start

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,15 +45,27 @@ class Policy:
     view: str = "plain"
     meta: dict[str, Any] = field(default_factory=dict)
     """``treeroll.json`` of the folder it came from (empty for a fresh build)."""
+    system_in_user: bool = False
+    """Fold the system prompt into the first user turn (``policy.system_in_user``)."""
 
     def turn_format(self) -> TurnFormat:
-        """The turn format this policy was trained with."""
-        return TurnFormat(self.tokenizer, view=self.view)
+        """The turn format this policy was trained with; a turn also stops on the model's
+        ``generation_config.eos_token_id`` (one id or several)."""
+        return TurnFormat(self.tokenizer, view=self.view, extra_stop_ids=generation_eos_ids(
+            self.model), system_in_user=self.system_in_user)
 
     @property
     def parameters(self) -> int:
         """Number of parameters of the model."""
         return sum(p.numel() for p in self.model.parameters())
+
+
+def generation_eos_ids(model: Any) -> tuple[int, ...]:
+    """``model.generation_config.eos_token_id`` as a tuple (empty when unset)."""
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if eos is None:
+        return ()
+    return tuple(int(i) for i in eos) if isinstance(eos, (list, tuple)) else (int(eos),)
 
 
 def shipped_policies() -> list[str]:
@@ -118,13 +130,14 @@ def save_policy(policy: Policy, path: str | Path, *, card: str | None = None,
 
 
 def build_policy(init: str | None, model_config: Any, view: str | None,
-                 make_env: Callable[[], Env], tokenizer_dir: Path | None = None) -> Policy:
+                 make_env: Callable[[], Env], tokenizer_dir: Path | None = None, *,
+                 system_in_user: bool = False) -> Policy:
     """The policy a run starts from: ``init`` (a shipped name or a folder), else a
     from-scratch build from ``model_config``. A from-scratch build reuses the tokenizer saved
     in ``tokenizer_dir`` if there is one (a resumed run), else builds a word-level tokenizer
     covering the environment's texts seen through ``view``; the caller saves it."""
     if init:
-        return load_policy(init, view)
+        return replace(load_policy(init, view), system_in_user=system_in_user)
     view = view or "plain"
     observe = VIEWS.get(view)
     if tokenizer_dir is not None and (tokenizer_dir / "tokenizer.json").exists():
@@ -150,7 +163,7 @@ def build_policy(init: str | None, model_config: Any, view: str | None,
                         eos_token_id=tokenizer.eos_token_id)
     if view.startswith("cell_coordinates"):
         init_cell_embeddings(model, tokenizer, seed=model_config.seed)
-    return Policy(model, tokenizer, view)
+    return Policy(model, tokenizer, view, system_in_user=system_in_user)
 
 
 def _every_cell_word(size: int) -> str:

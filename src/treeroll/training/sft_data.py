@@ -119,7 +119,8 @@ def _messages_example(messages: Any, turn_format: TurnFormat) -> SFTExample:
             piece = turn_format.reply(message["content"])
             mask += [1] * len(piece)
         else:
-            piece, _ = turn_format.observation(message["content"], action_ended_turn=True)
+            piece, _ = turn_format.observation(message["content"], action_ended_turn=True,
+                                               role=role)
             mask += [0] * len(piece)
         ids += piece
         previous = "assistant" if role == "assistant" else "user"

@@ -180,7 +180,8 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
     train_seeds, held_out = task_pools(config.env, config.eval)
     torch.manual_seed(config.seed)
     policy = build_policy(config.policy.init, config.policy.model, config.policy.view,
-                          make_env, folder.path / "tokenizer" if config.resume else None)
+                          make_env, folder.path / "tokenizer" if config.resume else None,
+                          system_in_user=config.policy.system_in_user)
     turn_format = policy.turn_format()
     skipped: list[str] = []
     batches = make_batches(config.data, make_env, turn_format, len(policy.tokenizer),

@@ -105,7 +105,7 @@ class _Run:
         torch.manual_seed(config.seed)
         self.rng = np.random.default_rng(config.seed)
         state = self._load_policy(resolved)
-        self.summary: dict[str, Any] = {}
+        self.summary: dict[str, Any] = {"chat_template": self._template_report()}
         self.cumulative = {"generated": 0, "chain_computed": 0, "computed": 0}
         self.done = 0  # the last step whose update was applied
         self.updating = False
@@ -115,6 +115,17 @@ class _Run:
             self._start_eval()
         self._build_behaviour_and_reference(state)
         self._open_logs(resolved)
+
+    def _template_report(self) -> dict[str, Any]:
+        """The chat template's report (:meth:`TurnFormat.template_report`), said in one line
+        when the template rewrites earlier turns (contexts stay append-only)."""
+        report = self.turn_format.template_report()
+        if report.get("template") and not report["prefix_preserving"]:
+            warnings.warn("the chat template rewrites earlier turns (at token "
+                          f"{report['differs_at']}: appended {report['appended']!r}, the "
+                          f"template renders {report['template_renders']!r}); treeroll keeps "
+                          "contexts append-only, as the model saw them", stacklevel=2)
+        return report
 
     def _build_plug_ins(self) -> None:
         """Environment factory, strategy, estimator and scorer (a bad allocator fails here,
@@ -137,7 +148,8 @@ class _Run:
         config, folder = self.config, self.folder
         run_dir = folder.path
         policy = build_policy(config.policy.init, config.policy.model, config.policy.view,
-                              self.make_env, run_dir / "policy" if folder.resume else None)
+                              self.make_env, run_dir / "policy" if folder.resume else None,
+                              system_in_user=config.policy.system_in_user)
         state = None
         if folder.resume:
             state = load_checkpoint(folder.checkpoint, self.rng)
