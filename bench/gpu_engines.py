@@ -12,7 +12,12 @@ leaves, FrozenLake in rLLM's convention, the shipped base policy ``frozenlake-ti
 
 Also ``vllm_logprob_max_error``: the largest difference between vLLM's logprob of a sampled
 id and the transformers model's, recomputed from scratch in float32, over one batch (it checks
-that the logprobs are those of the distribution sampled from). Prints one JSON line last.
+that the logprobs are those of the distribution sampled from; in bfloat16, vLLM's default
+here, expect rounding of about 1e-2); ``vllm_seeded_repeat_equal``: the same seeded requests
+twice give the same tokens; ``vllm_weight_update_changes_samples``: after
+``load_weights`` of perturbed weights the same seeded requests sample differently, and after
+loading the original weights back they sample as before (vLLM's in-process weight path).
+Prints one JSON line last. Written against vLLM 0.34.0 (``bench/gpu_engines.sh`` pins it).
 """
 
 from __future__ import annotations
@@ -35,6 +40,32 @@ from treeroll.base import GenerationRequest, SamplingParams
 from treeroll.envs import make_frozenlake
 from treeroll.policies import load_policy
 from treeroll.rollout import RolloutConfig
+
+
+def seeded_checks(backend: VLLMBackend, model: torch.nn.Module, turns) -> dict:  # type: ignore[no-untyped-def]
+    """Seeded requests repeat exactly; a weight update changes them; loading the weights back
+    restores them."""
+    env = make_frozenlake("rllm")
+    requests = [GenerationRequest(tuple(turns.prompt(env.system_prompt, env.reset(s))[0]),
+                                  seed=100 + s) for s in range(8)]
+    params = SamplingParams(temperature=1.0, max_new_tokens=16,
+                            stop_token_ids=turns.stop_token_ids)
+
+    def sample() -> list[list[int]]:
+        backend.reset_cache()
+        return [out.token_ids for out in backend.generate(requests, params)]
+
+    first, again = sample(), sample()
+    original = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    noisy = {k: v + 0.5 * torch.randn_like(v) if v.is_floating_point() else v
+             for k, v in original.items()}
+    backend.load_weights(noisy)
+    changed = sample()
+    backend.load_weights(original)
+    restored = sample()
+    return {"vllm_seeded_repeat_equal": first == again,
+            "vllm_weight_update_changes_samples": changed != first,
+            "vllm_weights_restored_samples_equal": restored == first}
 
 
 def logprob_error(backend: VLLMBackend, model: torch.nn.Module, turns) -> float:  # type: ignore[no-untyped-def]
@@ -61,6 +92,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.3)
+    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16",
+                                                                   "float32"),
+                        help="vLLM's FlashAttention / FlashInfer backends take no float32")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("gpu_engines.py needs a CUDA GPU")
@@ -74,7 +108,7 @@ def main() -> None:
     turns = policy.turn_format()
     seeds = np.random.default_rng(0).choice(1_000_000, size=400, replace=False)
     settings = RolloutConfig(max_turn_tokens=16)
-    llm = make_llm(folder, skip_tokenizer_init=True, dtype="float32",
+    llm = make_llm(folder, skip_tokenizer_init=True, dtype=args.dtype,
                    gpu_memory_utilization=args.gpu_memory_utilization, enforce_eager=True)
     vllm = VLLMBackend(llm)
 
@@ -89,13 +123,15 @@ def main() -> None:
         walls, totals, _ = compare(fresh, turns, lake, seeds, settings, repeats, per_batch)
         results[name] = summary(walls, totals)
     error = logprob_error(vllm, gpu_model, turns)
+    checks = seeded_checks(vllm, gpu_model, turns)
     print(json.dumps({
         "computed_over_unique": {k: r["computed_over_unique"] for k, r in results.items()},
         "tree_over_chain_wall_per_leaf": {k: r["tree_over_chain_wall_per_leaf"]
                                           for k, r in results.items()},
-        "vllm_logprob_max_error": round(error, 6), "backends": results,
+        "vllm_logprob_max_error": round(error, 6), **checks, "vllm_dtype": args.dtype,
+        "backends": results,
         "gpu": torch.cuda.get_device_name(0), "tasks": per_batch * repeats,
-        "policy": "frozenlake-tiny (shipped base), float32",
+        "policy": "frozenlake-tiny (shipped base); transformers backend float32",
         "convention": "frozenlake rllm (non-slippery, sizes 2-9)",
     }))
 

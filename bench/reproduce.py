@@ -171,6 +171,14 @@ def run_figure(figure: Figure, root: Path = ROOT) -> dict:
     return record
 
 
+def last_seconds(figure: Figure) -> float:
+    """How long the figure's last run took, or the estimate when it never ran with this
+    command."""
+    record = stored(figure.name)
+    same = record is not None and record["command"] == "python " + " ".join(figure.command)
+    return record["seconds"] if same else 60 * figure.minutes
+
+
 def stored(name: str) -> dict | None:
     """A figure's stored record in this checkout, or None if it never ran."""
     path = RESULTS / f"{name}.json"
@@ -195,7 +203,7 @@ def list_figures() -> None:
     for figure in FIGURES:
         state, files = status(figure)
         record = stored(figure.name)
-        minutes = record["seconds"] / 60 if record else figure.minutes
+        minutes = last_seconds(figure) / 60
         if state != "current":
             total += minutes
         last = (f"{minutes:5.1f} min on {record['commit'][:10]} ({record['started'][:10]})"
@@ -238,7 +246,7 @@ def remake_stale(at: str, figures: list[Figure]) -> dict:
         raise SystemExit(f"--at {at}: not a commit of this repository") from None
     todo = [f for f in FIGURES if f in figures and status(f, commit)[0] != "current"]
     print(f"{len(todo)} figures to remake at {commit[:10]} (about "
-          f"{sum(((stored(f.name) or {}).get('seconds', 60 * f.minutes)) for f in todo) / 60:.0f}"
+          f"{sum(last_seconds(f) for f in todo) / 60:.0f}"
           f" min): {', '.join(f.name for f in todo) or 'none'}", file=sys.stderr, flush=True)
     if not todo:
         return {}

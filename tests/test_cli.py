@@ -73,6 +73,12 @@ def test_train_changes_parameters_and_writes_metrics(tmp_path) -> None:
     evaluated = _treeroll("eval", "--run", str(run), "--tasks", "4")
     result_json = json.loads(evaluated.stdout.strip().splitlines()[-1])
     assert result_json["tasks"] == 4 and 0 <= result_json["success_rate"] <= 1
+    # a run folder is a policy wherever a policy is taken (the same evaluation as --run)
+    as_policy = _treeroll("eval", "--policy", str(run), "--tasks", "4")
+    assert json.loads(as_policy.stdout.strip().splitlines()[-1]) == result_json
+    _treeroll("rollout", "--policy", str(run), "--out", str(tmp_path / "by_policy.json"),
+              "--task", "5")
+    assert (tmp_path / "by_policy.json").is_file()
 
     tree_path = tmp_path / "tree.json"
     _treeroll("rollout", "--run", str(run), "--out", str(tree_path), "--task", "5",
@@ -112,6 +118,12 @@ def test_rollout_swe_with_patr_and_show(tmp_path) -> None:
     assert len(nodes) > 4
     assert any(n["score"] is not None for n in nodes)  # the SWE scorer ran
     assert any("bash" in n["action_text"] for n in nodes[1:])
+    folder = str(ROOT / "src" / "treeroll" / "policies" / "frozenlake-tiny")  # a policy, by path
+    refused = _treeroll("rollout", "--env", "swe", "--policy", folder, "--out",
+                        str(tmp_path / "x.json"), check=False)
+    said = " ".join((refused.stdout + refused.stderr).split())
+    assert refused.returncode == 2 and "scripted SWE agent" in said
+
     _treeroll("show", str(out), "--out", str(tmp_path / "pics"))
     page = (tmp_path / "pics" / "swe.html").read_text()
     drawn = {int(i) for i in re.findall(r'<circle[^>]*data-node-id="(\d+)"', page)}
@@ -181,6 +193,14 @@ def test_sft_command_writes_metrics_and_a_loadable_policy(tmp_path: Path) -> Non
     assert all(r["loss"] > 0 and r["trained_tokens"] > 0 for r in records if "loss" in r)
     evaluated = _treeroll("eval", "--policy", str(runs / "s" / "policy"), "--tasks", "2")
     assert json.loads(evaluated.stdout.strip().splitlines()[-1])["tasks"] == 2
+    # an SFT run folder is taken where a run is: its fine-tuned policy, in its environment
+    # (sizes 2-3 here, not the default's 2-9), where it failed on SFT's own config keys
+    from treeroll.session import load_run_config
+
+    as_run = load_run_config(runs / "s")
+    assert as_run.policy.init == str(runs / "s" / "policy") and as_run.env.size_max == 3
+    by_run = _treeroll("eval", "--run", str(runs / "s"), "--tasks", "2")
+    assert json.loads(by_run.stdout.strip().splitlines()[-1])["tasks"] == 2
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"messages": "nope"}\n')
     failed = _treeroll(*args[:4], "t", "--data.source", "jsonl", "--data.path", str(bad),
@@ -237,6 +257,21 @@ def test_rollout_with_run_uses_its_settings_and_writes_under_runs(tmp_path, monk
     assert (tree_path.with_suffix(".png")).exists() and (tree_path.with_suffix(".html")).exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["given.json", "runs", "the_run"]
 
+    # an earlier tree is never overwritten; --force replaces it and drops its old pictures
+    before = tree_path.read_text()
+    assert main(["rollout", "--run", str(run), "--task", "3"]) == 2
+    captured = capsys.readouterr()
+    said = " ".join((captured.out + captured.err).split())
+    assert "exists" in said and "--force" in said, said[-300:]
+    assert tree_path.read_text() == before
+    assert main(["rollout", "--run", str(run), "--task", "3", "--force"]) == 0
+    assert tree_path.exists() and not tree_path.with_suffix(".png").exists()
+    # a path that cannot be written is one line naming it, not a traceback
+    assert main(["rollout", "--run", str(run), "--out", "given.json/tree.json"]) == 2
+    captured = capsys.readouterr()
+    said = " ".join((captured.out + captured.err).split())
+    assert "error:" in said and "given.json/tree.json" in said and "Traceback" not in said
+
 
 def test_help_lists_config_without_markup_and_errors_name_the_command(capsys) -> None:
     from treeroll.cli import main
@@ -255,3 +290,20 @@ def test_help_lists_config_without_markup_and_errors_name_the_command(capsys) ->
     captured = capsys.readouterr()
     error = " ".join((captured.out + captured.err).split())
     assert "--no-such-option" in error and "treeroll train --help" in error
+
+
+def test_policy_is_spelled_the_same_in_every_command() -> None:
+    from treeroll.cli import _parse, _policy_spelling
+    from treeroll.compare import CompareConfig
+    from treeroll.config import TrainConfig
+
+    assert _policy_spelling("train", ["--policy", "p", "--policy.view", "plain"]) == \
+        ["--policy.init", "p", "--policy.view", "plain"]
+    assert _policy_spelling("rollout", ["--policy=p"]) == ["--train.policy.init=p"]
+    assert _policy_spelling("compare", ["--policy", "p"]) == ["--base.policy.init", "p"]
+    assert _policy_spelling("eval", ["--policy.init", "p"]) == ["--policy", "p"]
+    assert _policy_spelling("show", ["--policy", "p"]) == ["--policy", "p"]
+    assert _parse(TrainConfig, ["--policy", "my_folder"], "", command="train").policy.init \
+        == "my_folder"
+    assert _parse(CompareConfig, ["--policy", "f"], "", command="compare").base.policy.init \
+        == "f"

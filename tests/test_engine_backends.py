@@ -7,7 +7,10 @@ salt, a reset, the weights handed over), and clear errors on malformed answers."
 from __future__ import annotations
 
 import json
+import os
+import pickle
 import threading
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 from typing import ClassVar
@@ -17,7 +20,7 @@ import torch
 
 from treeroll.backends.http import ServerError
 from treeroll.backends.sglang import SGLangBackend
-from treeroll.backends.vllm import VLLMBackend
+from treeroll.backends.vllm import IN_PROCESS, VLLMBackend
 from treeroll.base import GenerationRequest, SamplingParams
 
 PARAMS = SamplingParams(temperature=0.8, top_p=0.95, max_new_tokens=4, stop_token_ids=(2,),
@@ -29,7 +32,8 @@ class FakeLLM:
     """``vllm.LLM``'s generate / reset_prefix_cache / apply_model, with a prefix cache of
     full ``BLOCK``-token blocks keyed by (salt, prefix), as vLLM's hashes chain them."""
 
-    def __init__(self) -> None:
+    def __init__(self, logprobs_mode: str = "processed_logprobs") -> None:
+        self.model_config = SimpleNamespace(logprobs_mode=logprobs_mode, max_logprobs=20)
         self.blocks: set[tuple[str, tuple[int, ...]]] = set()
         self.calls: list[tuple[list[dict], list[dict]]] = []
         self.loaded: list[list[tuple[str, torch.Tensor]]] = []
@@ -60,7 +64,17 @@ class FakeLLM:
         return True
 
     def apply_model(self, fn):  # type: ignore[no-untyped-def]
+        """vLLM's ``collective_rpc``: into the engine's own process by default, through a
+        serializer that refuses functions (``pickle`` refuses lambdas and closures too)."""
+        if os.environ.get(IN_PROCESS, "1") != "0":
+            pickle.dumps(fn)
         return [fn(self.model)]
+
+
+@pytest.fixture(autouse=True)
+def _vllm_in_process(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """As :func:`treeroll.backends.vllm.make_llm` leaves it: the engine in this process."""
+    monkeypatch.setenv(IN_PROCESS, "0")
 
 
 def _vllm() -> tuple[VLLMBackend, FakeLLM]:
@@ -124,9 +138,19 @@ class FakeSGLang(BaseHTTPRequestHandler):
     seen: ClassVar[list[tuple[str, dict]]] = []
     cache: ClassVar[set[tuple[int, ...]]] = set()
     finish_type = "stop"
+    deterministic = True
+    """``--enable-deterministic-inference``: without it the server ignores ``sampling_seed``
+    (its sampler draws from its own generator), as SGLang 0.5.23 does."""
+    draws = 0
 
     def log_message(self, *args: object) -> None:
         pass
+
+    def do_GET(self) -> None:
+        if self.path == "/get_server_info":
+            info = {"enable_deterministic_inference": FakeSGLang.deterministic}
+            return self._send(json.dumps(info).encode())
+        self.send_error(404)
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
@@ -141,12 +165,15 @@ class FakeSGLang(BaseHTTPRequestHandler):
             hit = max((n for n in range(len(ids)) if tuple(ids[:n]) in FakeSGLang.cache),
                       default=0)
             FakeSGLang.cache.update(tuple(ids[:n]) for n in range(1, len(ids) + 1))
-            out = [5 + sp.get("sampling_seed", 0) % 7, 2][:sp["max_new_tokens"]]
+            FakeSGLang.draws += 1
+            seed = sp.get("sampling_seed", 0) if FakeSGLang.deterministic else FakeSGLang.draws
+            out = [5 + seed % 7, 2][:sp["max_new_tokens"]]
             answers.append({"output_ids": out, "meta_info": {
                 "prompt_tokens": len(ids), "cached_tokens": hit,
                 "finish_reason": {"type": FakeSGLang.finish_type},
                 "output_token_logprobs": [[-0.25, t, None] for t in out],
-                "output_top_logprobs": [[[-0.25, t, None]] for t in out]}})
+                # SGLang leaves None where a position has no top logprobs
+                "output_top_logprobs": [[[-0.25, t, None], None] for t in out]}})
         self._send(json.dumps(answers).encode())
 
     def _send(self, data: bytes, kind: str = "application/json") -> None:
@@ -160,18 +187,25 @@ class FakeSGLang(BaseHTTPRequestHandler):
 @pytest.fixture()
 def sglang():  # type: ignore[no-untyped-def]
     FakeSGLang.seen, FakeSGLang.cache, FakeSGLang.finish_type = [], set(), "stop"
+    FakeSGLang.deterministic, FakeSGLang.draws = True, 0
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeSGLang)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
 
 
+SGLANG_PARAMS = replace(PARAMS, top_p=1.0)
+"""SGLang's logprobs are before top-p: its backend samples with top_p = 1."""
+
+
 def test_sglang_sends_one_batch_of_ids_with_per_request_seeds(sglang) -> None:
     backend = SGLangBackend(sglang)
     outs = backend.generate([GenerationRequest((1, 2, 3), seed=3),
-                             GenerationRequest((1, 2, 3, 4), max_new_tokens=1, seed=4)], PARAMS)
+                             GenerationRequest((1, 2, 3, 4), max_new_tokens=1, seed=4)],
+                            SGLANG_PARAMS)
     path, body = FakeSGLang.seen[0]
     assert path == "/generate" and body["input_ids"] == [[1, 2, 3], [1, 2, 3, 4]]
+    assert body["sampling_params"][0]["top_p"] == 1.0
     assert [sp["sampling_seed"] for sp in body["sampling_params"]] == [3, 4]
     assert [sp["max_new_tokens"] for sp in body["sampling_params"]] == [4, 1]
     assert body["return_logprob"] is True and body["top_logprobs_num"] == 1
@@ -184,7 +218,7 @@ def test_sglang_sends_one_batch_of_ids_with_per_request_seeds(sglang) -> None:
 
 def test_sglang_weight_update_writes_loads_and_flushes(sglang, tiny_model, tmp_path) -> None:
     backend = SGLangBackend(sglang, model=tiny_model, weights_dir=tmp_path)
-    backend.generate([GenerationRequest((1, 2, 3))], PARAMS)
+    backend.generate([GenerationRequest((1, 2, 3))], SGLANG_PARAMS)
     new = {k: v + 1.0 for k, v in tiny_model.state_dict().items()}
     backend.load_weights(new)
     paths = [p for p, _ in FakeSGLang.seen]
@@ -192,7 +226,7 @@ def test_sglang_weight_update_writes_loads_and_flushes(sglang, tiny_model, tmp_p
     folder = FakeSGLang.seen[-2][1]["model_path"]
     assert folder == str(tmp_path / "v1") and (tmp_path / "v1" / "config.json").is_file()
     assert torch.equal(tiny_model.model.norm.weight, new["model.norm.weight"])
-    after = backend.generate([GenerationRequest((1, 2, 3))], PARAMS)[0]
+    after = backend.generate([GenerationRequest((1, 2, 3))], SGLANG_PARAMS)[0]
     assert after.cached_tokens == 0
 
 
@@ -200,8 +234,70 @@ def test_sglang_errors_name_the_endpoint(sglang) -> None:
     backend = SGLangBackend(sglang)
     FakeSGLang.finish_type = "abort"
     with pytest.raises(ServerError, match="/generate finished a request with 'abort'"):
-        backend.generate([GenerationRequest((1,))], PARAMS)
+        backend.generate([GenerationRequest((1,))], SGLANG_PARAMS)
     with pytest.raises(ValueError, match="needs the model"):
         backend.load_weights({})
     with pytest.raises(ServerError, match=r"no answer"):
-        SGLangBackend("http://127.0.0.1:9").generate([GenerationRequest((1,))], PARAMS)
+        SGLangBackend("http://127.0.0.1:9").generate([GenerationRequest((1,))], SGLANG_PARAMS)
+
+
+def test_vllm_weight_updates_are_refused_at_start_over_an_engine_in_another_process(
+        monkeypatch) -> None:
+    """vLLM's default runs the engine in its own process, where ``apply_model`` cannot carry
+    the update (the fake pickles the function as vLLM's serializer would): refused when the
+    backend is made, not at the first update."""
+    monkeypatch.delenv(IN_PROCESS)
+    llm = FakeLLM()
+    with pytest.raises((AttributeError, pickle.PicklingError)):
+        llm.apply_model(lambda model: model)  # the boundary the old code hit at its update
+    with pytest.raises(ValueError, match=f"another process.*{IN_PROCESS}=0"):
+        VLLMBackend(llm, sampling_params=lambda **kw: kw)
+    frozen = VLLMBackend(llm, sampling_params=lambda **kw: kw, updatable=False)
+    assert frozen.generate([GenerationRequest((1, 2))], PARAMS)[0].token_ids == [5, 2]
+    with pytest.raises(ValueError, match="updatable=False"):
+        frozen.load_weights({})
+
+
+def test_vllm_an_llm_returning_raw_logprobs_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"raw_logprobs.*processed_logprobs"):
+        VLLMBackend(FakeLLM(logprobs_mode="raw_logprobs"), sampling_params=lambda **kw: kw)
+
+
+@pytest.mark.parametrize(("params", "says"), [
+    (SamplingParams(temperature=2.5, top_logprobs=1), "above vLLM's limit 2"),
+    (SamplingParams(top_logprobs=21), "at most max_logprobs = 20"),
+])
+def test_vllm_limits_are_checked_before_a_call(params, says) -> None:
+    backend, llm = _vllm()
+    with pytest.raises(ValueError, match=says):
+        backend.generate([GenerationRequest((1, 2))], params)
+    with pytest.raises(ValueError, match="max_tokens >= 1"):
+        backend.generate([GenerationRequest((1, 2), max_new_tokens=0)], PARAMS)
+    assert llm.calls == []
+
+
+def test_sglang_seeds_a_server_would_ignore_are_refused(sglang) -> None:
+    """Without deterministic inference SGLang ignores ``sampling_seed``: the same seeded
+    request twice gives different samples (as the fake shows), so treeroll refuses the seeds
+    before the first call; ``seeded=False`` sends none."""
+    FakeSGLang.deterministic = False
+    unseeded = SGLangBackend(sglang, seeded=False)
+    raw = [unseeded.generate([GenerationRequest((1, 2), seed=3)], SGLANG_PARAMS)[0].token_ids
+           for _ in range(2)]
+    assert raw[0] != raw[1]  # what the old code promised to be reproducible
+    assert all("sampling_seed" not in sp for _, body in FakeSGLang.seen
+               for sp in body.get("sampling_params", []))
+    with pytest.raises(ValueError, match=r"ignores sampling_seed.*deterministic-inference"):
+        SGLangBackend(sglang).generate([GenerationRequest((1, 2), seed=3)], SGLANG_PARAMS)
+    FakeSGLang.deterministic = True
+    backend = SGLangBackend(sglang)
+    twice = [backend.generate([GenerationRequest((1, 2), seed=3)], SGLANG_PARAMS)[0].token_ids
+             for _ in range(2)]
+    assert twice[0] == twice[1]
+
+
+def test_sglang_refuses_top_p_below_one_and_reads_none_top_logprobs(sglang) -> None:
+    with pytest.raises(ValueError, match="before top-p"):
+        SGLangBackend(sglang).generate([GenerationRequest((1, 2))], PARAMS)
+    out = SGLangBackend(sglang).generate([GenerationRequest((1, 2))], SGLANG_PARAMS)[0]
+    assert out.top_logprobs == [[(5, -0.25)], [(2, -0.25)]]  # the None entries skipped

@@ -269,7 +269,8 @@ def test_the_cli_options_load_instances_for_swe_and_refuse_misuse(instance, tmp_
     check_config(replace(TrainConfig(), env=env_config))
     env = make_env_factory(env_config)()
     try:
-        assert "Task acme__numkit-1." in env.reset(7)  # the only instance, whatever the seed
+        # the only instance, whatever the seed (named by its opaque public id)
+        assert f"Task {env.tasks.by_id('acme__numkit-1').public_id}." in env.reset(7)
     finally:
         env.close()
     bad = tmp_path / "bad.jsonl"

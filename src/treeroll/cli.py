@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, is_dataclass, replace
@@ -19,6 +20,7 @@ from typing import Any, TypeVar
 import tyro
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from treeroll.checks import Check, checked, validate
@@ -37,7 +39,51 @@ T = TypeVar("T")
 
 
 CONFIG_HELP = ("--config FILE.yaml: a YAML file of these settings (see configs/); the other "
-               "options override it.")
+               "options override it. --policy NAME|FOLDER names the policy in every command "
+               "(a shipped name or a policy folder; eval and rollout also take a run folder).")
+
+POLICY_OPTION = {"train": "--policy.init", "sft": "--policy.init", "eval": "--policy",
+                 "rollout": "--train.policy.init", "compare": "--base.policy.init"}
+"""Where each command keeps the policy: ``--policy X`` (one spelling everywhere) is read as
+this option; the command's own spelling (``--policy.init``, ``--train.policy.init``,
+``--base.policy.init``) still works."""
+
+
+def _policy_spelling(command: str, args: list[str]) -> list[str]:
+    """``args`` with ``--policy X`` (or ``--policy=X``, or ``--policy.init X`` for a command
+    whose option is ``--policy``) rewritten to the command's own option."""
+    target = POLICY_OPTION.get(command)
+    if target is None:
+        return args
+    aliases = {"--policy", "--policy.init"} - {target}
+    out = []
+    for arg in args:
+        name, equals, value = arg.partition("=")
+        out.append(f"{target}={value}" if equals and name in aliases else
+                   target if arg in aliases else arg)
+    return out
+
+
+def _check_writable(path: Path, option: str) -> None:
+    """Refuse, before any work, an output ``path`` that cannot be written: its nearest
+    existing ancestor must be a folder this user may write in."""
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise NotADirectoryError(f"{option} {path}: {ancestor} is a file, not a folder")
+    if not os.access(ancestor, os.W_OK):
+        raise PermissionError(f"{option} {path}: {ancestor} is not writable")
+
+
+def _run_folder(path: str | None) -> Path | None:
+    """``path`` when it is a training run folder (``config.yaml`` and a checkpoint) and not a
+    policy folder (``config.json``): the commands that take a policy take a run too."""
+    if path is None:
+        return None
+    folder = Path(path).expanduser()
+    is_run = (folder / "config.yaml").is_file() and (folder / "checkpoints" / "last.pt").is_file()
+    return folder if is_run and not (folder / "config.json").is_file() else None
 
 
 def _plain(text: str) -> str:
@@ -105,6 +151,7 @@ def _parse(cls: type[T], args: list[str], description: str, *, command: str,
     default; errors point at ``treeroll <command> --help``."""
     config_path = None
     rest = []
+    args = _policy_spelling(command, args)
     i = 0
     while i < len(args):
         if args[i] == "--config":
@@ -197,7 +244,8 @@ class EvalCommand:
     run: str | None = None
     """Run folder (``runs/<name>``) holding config.yaml and checkpoints/last.pt."""
     policy: str | None = None
-    """Without --run: a shipped policy's name or a policy folder (default: the default
+    """Without --run: a shipped policy's name, a policy folder, or a run folder (its last
+    checkpoint, as with --run) (default: the default
     training's starting policy, ``frozenlake-tiny``), on the default training's held-out
     tasks (FrozenLake, rLLM convention)."""
     tasks: int = checked(256, ge=1, le=HELD_OUT_RESERVED)
@@ -220,8 +268,9 @@ def cmd_eval(args: list[str]) -> int:
     from treeroll.session import load_run_policy, starting_policy
     from treeroll.training.evaluation import evaluate, pool_words, task_pools
 
-    if command.run is not None:
-        config, backend, turn_format, make_env = load_run_policy(Path(command.run))
+    run = Path(command.run) if command.run is not None else _run_folder(command.policy)
+    if run is not None:
+        config, backend, turn_format, make_env = load_run_policy(run)
     else:
         from treeroll.backends.hf import HFBackend
         from treeroll.plugins import make_env_factory
@@ -268,6 +317,9 @@ class RolloutCommand:
     train: TrainConfig = field(default_factory=TrainConfig)
     """Environment, strategy, rollout and scorer settings (as in `treeroll train`; with --run,
     the run's own unless given here)."""
+    force: bool = False
+    """Replace an existing ``--out`` tree (and the PNG/HTML rendered beside it); without it an
+    existing tree is never overwritten."""
 
 
 def cmd_rollout(args: list[str]) -> int:
@@ -277,15 +329,28 @@ def cmd_rollout(args: list[str]) -> int:
     from treeroll.session import apply_shortcuts, build_one_tree, describe_tree, load_run_config
     from treeroll.tree import save_tree
 
-    if command.run is not None:  # parse again on the run's settings: what is given overrides
-        run_settings = RolloutCommand(train=load_run_config(Path(command.run)))
-        command = _parse(RolloutCommand, args, description, command="rollout",
-                         default=run_settings)
+    named = _run_folder(command.train.policy.init)  # --policy RUN: the run, as with --run
+    run = command.run if command.run is not None else (str(named) if named else None)
+    if run is not None:  # parse again on the run's settings: what is given overrides
+        run_settings = RolloutCommand(train=load_run_config(Path(run)))
+        command = replace(_parse(RolloutCommand, args, description, command="rollout",
+                                 default=run_settings), run=run)
+        if named is not None:  # the run's own policy settings stand
+            command.train.policy = run_settings.train.policy
     config = apply_shortcuts(command.train, env=command.env, strategy=command.strategy,
                              scorer=command.scorer)
+    out = Path(command.out.replace("{task}", str(command.task)))
+    renders = [out.with_suffix(suffix) for suffix in (".png", ".html")]
+    if out.exists() and not command.force:
+        raise FileExistsError(f"--out {out} exists (a tree of an earlier rollout); pass another "
+                              "--out, or --force to replace it and the pictures beside it")
+    _check_writable(out, "--out")
+    if config.env.name == "swe" and run is None:
+        console.print("--env swe: the scripted SWE agent acts (no policy)")
     tree = build_one_tree(config, task_seed=command.task,
                           run_dir=Path(command.run) if command.run else None)
-    out = command.out.replace("{task}", str(command.task))
+    for stale in renders if command.force else []:
+        stale.unlink(missing_ok=True)
     save_tree(tree, out)
     Console().print(describe_tree(tree))
     console.print(f"saved {out}")
@@ -371,8 +436,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return COMMANDS[command](rest)
-    except (ValueError, FileNotFoundError, FileExistsError) as err:
-        console.print(f"[red]error:[/red] {err}")
+    except (ValueError, OSError) as err:  # bad input, a missing or unwritable path
+        console.print(f"[red]error:[/red] {escape(str(err))}")
         return 2
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import yaml
 from rich.markup import escape
 from rich.tree import Tree as RichTree
 
@@ -21,8 +22,8 @@ from treeroll.strategies import PATR
 from treeroll.training.runfolder import read_checkpoint
 from treeroll.tree import Node, RolloutTree
 
-__all__ = ["apply_shortcuts", "build_one_tree", "describe_tree", "load_run_config",
-           "load_run_policy", "starting_policy"]
+__all__ = ["apply_shortcuts", "build_one_tree", "describe_tree", "is_sft_run",
+           "load_run_config", "load_run_policy", "starting_policy"]
 
 
 def apply_shortcuts(config: TrainConfig, *, env: str | None, strategy: str | None,
@@ -51,19 +52,39 @@ def apply_shortcuts(config: TrainConfig, *, env: str | None, strategy: str | Non
 
 
 def load_run_config(run_dir: Path) -> TrainConfig:
-    """The resolved settings a run folder was trained with (its ``config.yaml``)."""
+    """The resolved settings a run folder was trained with (its ``config.yaml``). An SFT run
+    (``treeroll sft``) is read as the settings of a training that starts from its fine-tuned
+    policy, ``<run>/policy``, in its environment."""
     path = run_dir / "config.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"no config.yaml in {run_dir}: is it a run folder written by "
-                                "`treeroll train`?")
+                                "`treeroll train` or `treeroll sft`?")
+    if is_sft_run(run_dir):
+        from treeroll.training.sft import SFTConfig
+
+        sft: SFTConfig = load_config(path, SFTConfig)
+        return TrainConfig(env=sft.env, eval=sft.eval, rollout=sft.rollout, seed=sft.seed,
+                           policy=replace(sft.policy, init=str(run_dir / "policy")))
     config: TrainConfig = load_config(path)
     return config
+
+
+def is_sft_run(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds an SFT run: its ``config.yaml`` has SFT's ``data`` block."""
+    path = run_dir / "config.yaml"
+    data = yaml.safe_load(path.read_text()) if path.is_file() else None
+    return isinstance(data, dict) and "data" in data
 
 
 def load_run_policy(run_dir: Path) -> tuple[TrainConfig, GenerationBackend, TurnFormat,
                                              Callable[[], Env]]:
     """The config, a backend on the last checkpoint's weights, the turn format and the env."""
     checkpoint = run_dir / "checkpoints" / "last.pt"
+    if is_sft_run(run_dir):  # its policy folder holds the fine-tuned weights
+        config = load_run_config(run_dir)
+        policy = starting_policy(config)
+        return config, make_backend(config.backend, policy), policy.turn_format(), \
+            make_env_factory(config.env)
     if not checkpoint.exists():
         raise FileNotFoundError(f"no checkpoint at {checkpoint}: is {run_dir} a run folder "
                                 "written by `treeroll train`?")
@@ -104,6 +125,12 @@ def _policy_for(config: TrainConfig, run_dir: Path | None
     if config.env.name == "swe":
         from treeroll.envs.swe import ScriptedSWEAgent, builtin_tasks
         from treeroll.formatting import ByteTokenizer
+
+        if config.policy.init != TrainConfig().policy.init:
+            raise ValueError(f"--policy {config.policy.init!r} is not used with --env swe: "
+                             "rollout runs the scripted SWE agent there (no shipped policy "
+                             "reads SWE tasks); leave --policy out, or roll out a run that "
+                             "was trained on SWE tasks with --run")
 
         return ScriptedSWEAgent(builtin_tasks()), TurnFormat(ByteTokenizer()), make_env
     policy = starting_policy(config)

@@ -2,18 +2,28 @@
 out.
 
 SGLang runs on GPUs only here; this module's requests and its reading of the answers are
-tested on CPU against a fake server with SGLang's shapes (``tests/test_engine_backends.py``),
-and ``bench/gpu_engines.sh`` runs it on a real GPU. Facts it relies on:
+tested on CPU against a fake server with SGLang's shapes and semantics
+(``tests/test_engine_backends.py``), and ``bench/gpu_engines.sh`` runs it on a real GPU.
+Written against SGLang 0.5.23; the facts it relies on:
 
 - ``/generate`` takes a batch: ``input_ids`` (a list of id lists) with one
   ``sampling_params`` per prompt (``max_new_tokens``, ``temperature``, ``top_p``,
   ``stop_token_ids``, ``sampling_seed``), ``return_logprob`` and ``top_logprobs_num``, and
   answers one object per prompt with ``output_ids`` and ``meta_info``;
 - ``meta_info.cached_tokens`` counts prompt tokens served from the radix cache,
-  ``meta_info.output_token_logprobs`` holds ``(logprob, id, text)`` per sampled token, and
+  ``meta_info.output_token_logprobs`` holds ``(logprob, id, text)`` per sampled token,
+  ``meta_info.output_top_logprobs`` a list per position (``None`` where there is none), and
   ``meta_info.finish_reason.type`` is ``stop`` or ``length``;
-- SGLang's logprobs are after temperature unless the server runs with
-  ``SGLANG_RETURN_ORIGINAL_LOGPROB=1`` (do not set it for RL);
+- SGLang honours ``sampling_seed`` only when the server runs with
+  ``--enable-deterministic-inference`` (``sampling/sampling_batch_info.py``), which
+  ``/get_server_info`` reports; that mode forces the pytorch sampler and, on some attention
+  backends, disables the radix cache. treeroll checks it before the first seeded request and
+  refuses seeds the server would ignore (``seeded=False`` sends none and promises no
+  reproducibility);
+- the returned logprobs are after temperature (unless the server runs with
+  ``SGLANG_RETURN_ORIGINAL_LOGPROB=1``: do not set it for RL) but **before top-p, top-k and
+  min-p** (``layers/sampler.py``): not the distribution sampled from when ``top_p < 1``, so
+  treeroll refuses ``top_p < 1`` here;
 - weights: ``/update_weights_from_disk`` with a folder in transformers format, then
   ``/flush_cache``, which empties the radix cache.
 """
@@ -25,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from treeroll.backends.http import ServerError, post_json, post_text
+from treeroll.backends.http import ServerError, get_json, post_json, post_text
 from treeroll.backends.weights import take_weights
 from treeroll.base import Completion, GenerationRequest, SamplingParams
 
@@ -33,9 +43,12 @@ __all__ = ["SGLangBackend"]
 
 
 def _pairs(entries: Sequence[Any]) -> list[tuple[int, float]]:
-    """``(id, logprob)`` from SGLang's ``(logprob, id, text)`` tuples or dict entries."""
+    """``(id, logprob)`` from SGLang's ``(logprob, id, text)`` tuples or dict entries
+    (``None`` entries, which SGLang leaves where it has nothing, are skipped)."""
     out = []
     for e in entries:
+        if e is None:
+            continue
         if isinstance(e, dict):
             out.append((int(e["token_id"]), float(e["logprob"])))
         else:
@@ -50,11 +63,16 @@ class SGLangBackend:
     writes it with ``save_pretrained`` under ``weights_dir`` (a temporary folder by default)
     and asks the server to load that folder. Without it, the server's weights are the
     caller's business and only ``reset_cache`` applies.
+
+    ``seeded``: send each request's seed, after checking once that the server honours seeds
+    (``--enable-deterministic-inference``); False sends none (no reproducibility promised).
     """
 
     def __init__(self, url: str, *, model: Any = None, weights_dir: str | Path | None = None,
-                 timeout: float = 600.0) -> None:
+                 timeout: float = 600.0, seeded: bool = True) -> None:
         self.url = url.rstrip("/")
+        self.seeded = seeded
+        self._deterministic: bool | None = None  # what /get_server_info said, once asked
         self.model = model
         self.weights_dir = Path(weights_dir) if weights_dir else None
         self.timeout = timeout
@@ -72,7 +90,7 @@ class SGLangBackend:
                                    "top_p": params.top_p, "top_k": -1, "min_p": 0.0,
                                    "stop_token_ids": list(params.stop_token_ids),
                                    "skip_special_tokens": False, "no_stop_trim": True}
-            if r.seed is not None:
+            if r.seed is not None and self.seeded:
                 one["sampling_seed"] = r.seed % 2**63
             sampling.append(one)
         return {"input_ids": [list(r.prompt_ids) for r in requests],
@@ -114,6 +132,7 @@ class SGLangBackend:
                              "use the hf backend for ARPO")
         if not requests:
             return []
+        self._check(requests, params)
         answer = post_json(self.url + "/generate", self.payload(requests, params),
                            timeout=self.timeout)
         answers = answer if isinstance(answer, list) else [answer]
@@ -121,6 +140,25 @@ class SGLangBackend:
             raise ServerError(f"{self.url}/generate answered {len(answers)} completions for "
                               f"{len(requests)} prompts")
         return [self.completion(a, r, params) for a, r in zip(answers, requests, strict=True)]
+
+    def _check(self, requests: Sequence[GenerationRequest], params: SamplingParams) -> None:
+        """Refuse what SGLang would silently do otherwise: logprobs not of the distribution
+        sampled from (``top_p < 1``), seeds a server that is not deterministic ignores."""
+        if params.top_p < 1 and params.temperature > 0:
+            raise ValueError(f"top_p {params.top_p}: SGLang's logprobs are taken before top-p, "
+                             "so they would not be those of the tokens' sampling "
+                             "distribution; use top_p = 1 with the SGLang backend")
+        if self.seeded and any(r.seed is not None for r in requests):
+            if self._deterministic is None:
+                info = get_json(self.url + "/get_server_info", timeout=self.timeout)
+                self._deterministic = bool(isinstance(info, dict) and
+                                           info.get("enable_deterministic_inference"))
+            if not self._deterministic:
+                raise ValueError(f"{self.url} ignores sampling_seed: SGLang honours seeds only "
+                                 "with --enable-deterministic-inference (which forces the "
+                                 "pytorch sampler and may disable the radix cache); start the "
+                                 "server with it, or make the backend with seeded=False "
+                                 "(samples are then not reproducible)")
 
     def reset_cache(self) -> None:
         """Empty the server's radix cache (``/flush_cache``, which answers in prose and with

@@ -1,9 +1,10 @@
 """Generation with vLLM in process (``vllm.LLM``): token ids in, token ids and logprobs out.
 
 vLLM runs on GPUs only here; everything this module does at vLLM's API boundary (prompts,
-sampling parameters, reading outputs, weight updates) is tested on CPU against a fake with
-vLLM's shapes (``tests/test_engine_backends.py``), and ``bench/gpu_engines.sh`` runs it on a
-real GPU. Facts it relies on (vLLM 0.9 and later):
+sampling parameters, reading outputs, weight updates, the checks at start) is tested on CPU
+against a fake with vLLM's shapes and its process boundary (``tests/test_engine_backends.py``),
+and ``bench/gpu_engines.sh`` runs it on a real GPU. Written against vLLM 0.34.0; the facts it
+relies on:
 
 - a prompt is a ``TokensPrompt``, a mapping with ``prompt_token_ids`` and ``cache_salt``:
   requests with different salts never share prefix-cache blocks. treeroll salts every request
@@ -11,34 +12,59 @@ real GPU. Facts it relies on (vLLM 0.9 and later):
   even if a reset were missed;
 - ``LLM(..., enable_prefix_caching=True, logprobs_mode="processed_logprobs")``: without that
   mode vLLM returns logprobs of the raw logits, before temperature and top-p (the mismatch TRL
-  hit, trl#4159); :func:`make_llm` sets it;
+  hit, trl#4159; the option exists since vLLM PR #21398, July 2025). :func:`make_llm` sets it,
+  and :class:`VLLMBackend` refuses an ``LLM`` whose ``model_config.logprobs_mode`` is another;
 - ``RequestOutput.num_cached_tokens``: prompt tokens served from the prefix cache (vLLM
   always computes at least a prompt's last token, so ``cached < len(prompt)``);
 - ``SamplingParams(seed=...)`` seeds one request's sampler; ``logprobs=k`` returns the
-  sampled token's logprob and the ``k`` most probable;
+  sampled token's logprob and the ``k`` most probable. vLLM refuses a temperature above 2,
+  ``max_tokens`` below 1 and more logprobs than ``max_logprobs`` (20 by default): treeroll
+  checks the same limits before a call;
 - weights go in through ``LLM.apply_model`` (each worker's model gets
   ``load_weights(iterable of (name, tensor))``, the transformers names), then
-  ``reset_prefix_cache()``.
+  ``reset_prefix_cache()``. ``apply_model`` sends the function to the engine through
+  ``collective_rpc``; by default (``VLLM_ENABLE_V1_MULTIPROCESSING=1``) the engine runs in
+  its own process, whose serializer refuses functions (unless
+  ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``, and then the whole state dict would be pickled in
+  the closure). treeroll therefore runs the engine in process (:func:`make_llm` sets
+  ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` before building the ``LLM``) and refuses, at start, an
+  updatable backend over an engine in another process.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from treeroll.base import Completion, GenerationRequest, SamplingParams
 
-__all__ = ["VLLMBackend", "make_llm"]
+__all__ = ["MAX_TEMPERATURE", "VLLMBackend", "make_llm"]
+
+MAX_TEMPERATURE = 2.0
+"""vLLM's ``SamplingParams`` refuses a higher temperature."""
+DEFAULT_MAX_LOGPROBS = 20
+"""vLLM's default ``max_logprobs`` (an ``LLM`` option): more top logprobs are refused."""
+IN_PROCESS = "VLLM_ENABLE_V1_MULTIPROCESSING"
+"""The environment variable that, at ``0``, keeps vLLM's engine in the caller's process."""
 
 
 def make_llm(model: str, **options: Any) -> Any:
     """A ``vllm.LLM`` for ``model`` (a local folder) set up as treeroll needs it: prefix
     caching on and logprobs of the distribution sampled from."""
+    os.environ[IN_PROCESS] = "0"  # read when the engine is made: apply_model stays in process
     from vllm import LLM
 
     options.setdefault("enable_prefix_caching", True)
     options.setdefault("logprobs_mode", "processed_logprobs")
     return LLM(model=model, **options)
+
+
+def _model_config(llm: Any) -> Any:
+    """The ``LLM``'s model config (``llm.model_config``, or its engine's), or None."""
+    found = getattr(llm, "model_config", None)
+    engine = getattr(llm, "llm_engine", None)
+    return found if found is not None else getattr(engine, "model_config", None)
 
 
 def _vllm_sampling_params() -> Callable[..., Any]:
@@ -53,15 +79,36 @@ class VLLMBackend:
     ``sampling_params`` builds vLLM's ``SamplingParams`` (injected by tests; vLLM's own by
     default). All requests of a call go to ``LLM.generate`` at once: vLLM schedules them
     together and serves shared prefixes from its block cache.
+
+    Checked at start: the ``LLM`` returns logprobs of the distribution sampled from
+    (``logprobs_mode="processed_logprobs"``), and, when ``updatable`` (the trainer loads new
+    weights after each update), its engine runs in this process. ``updatable=False`` is for
+    an ``LLM`` whose weights never change (evaluation).
     """
 
     def __init__(self, llm: Any, *, sampling_params: Callable[..., Any] | None = None,
-                 salt_prefix: str = "treeroll") -> None:
+                 salt_prefix: str = "treeroll", updatable: bool = True) -> None:
         self.llm = llm
         self._sampling_params = sampling_params
         self.salt_prefix = salt_prefix
+        self.updatable = updatable
         self.weight_version = 0
         self.stats = {"prefill": 0, "cached": 0, "generated": 0, "requests": 0}
+        model_config = _model_config(llm)
+        mode = getattr(model_config, "logprobs_mode", None)
+        if mode is not None and str(getattr(mode, "value", mode)) != "processed_logprobs":
+            raise ValueError(f"this vllm.LLM returns {mode!r} logprobs, not those of the "
+                             "distribution it samples from: build it with "
+                             "logprobs_mode='processed_logprobs' (treeroll.backends.vllm."
+                             "make_llm does)")
+        self.max_logprobs = int(getattr(model_config, "max_logprobs", None)
+                                or DEFAULT_MAX_LOGPROBS)
+        if updatable and os.environ.get(IN_PROCESS, "1") != "0":
+            raise ValueError(f"vLLM's engine runs in another process ({IN_PROCESS} is not 0), "
+                             "where LLM.apply_model cannot take treeroll's weight updates "
+                             "(vLLM's serializer refuses functions): build the LLM with "
+                             f"treeroll.backends.vllm.make_llm, or set {IN_PROCESS}=0 before "
+                             "building it; pass updatable=False if its weights never change")
 
     @property
     def cache_salt(self) -> str:
@@ -76,12 +123,24 @@ class VLLMBackend:
         make = self._sampling_params
         cap = params.max_new_tokens if request.max_new_tokens is None else \
             min(params.max_new_tokens, request.max_new_tokens)
+        self._check_limits(params, cap)
         prompt = {"prompt_token_ids": list(request.prompt_ids), "cache_salt": self.cache_salt}
         sampling = make(n=1, temperature=params.temperature, top_p=params.top_p,
                         max_tokens=cap, seed=None if request.seed is None else
                         request.seed % 2**63, logprobs=params.top_logprobs,
                         stop_token_ids=list(params.stop_token_ids), detokenize=False)
         return prompt, sampling
+
+    def _check_limits(self, params: SamplingParams, cap: int) -> None:
+        """vLLM's own limits, checked before a call (vLLM would refuse the request)."""
+        if params.temperature > MAX_TEMPERATURE:
+            raise ValueError(f"temperature {params.temperature} is above vLLM's limit "
+                             f"{MAX_TEMPERATURE:g}")
+        if cap < 1:
+            raise ValueError(f"a request may generate {cap} tokens; vLLM needs max_tokens >= 1")
+        if params.top_logprobs > self.max_logprobs:
+            raise ValueError(f"{params.top_logprobs} top logprobs asked; this vLLM returns at "
+                             f"most max_logprobs = {self.max_logprobs}")
 
     def completion(self, output: Any, request: GenerationRequest,
                    params: SamplingParams) -> Completion:
@@ -134,6 +193,8 @@ class VLLMBackend:
     def load_weights(self, state_dict: dict[str, Any]) -> None:
         """Load these weights (transformers names) into every worker's model, then forget
         the cache (a new salt and a reset)."""
+        if not self.updatable:
+            raise ValueError("this VLLMBackend was made with updatable=False")
         items = list(state_dict.items())
         self.llm.apply_model(lambda model: model.load_weights(items))
         self.reset_cache()

@@ -390,12 +390,12 @@ class SWEEnv:
         # deterministic in the seed (commands start in the tree either way)
         where = self.workspace.path if self.sandbox.mode == "overlay" else "."
         if self.config.convention == "mini":
-            return (f"<pr_description>\nTask {self.task.task_id}. Consider the following PR "
+            return (f"<pr_description>\nTask {self.task.public_id}. Consider the following PR "
                     f"description:\n{self.task.problem_statement}\n</pr_description>\n\n"
                     f"The repository is checked out at {where} (your working directory). Make "
                     "changes to non-test files so that the issue is resolved, then submit with "
                     f"`echo {SUBMIT_SENTINEL}`.")
-        return (f"<uploaded_files>\n{where}\n</uploaded_files>\nTask {self.task.task_id}. "
+        return (f"<uploaded_files>\n{where}\n</uploaded_files>\nTask {self.task.public_id}. "
                 f"I've uploaded a python code repository in the directory {where}. Consider the "
                 f"following issue:\n<issue>\n{self.task.problem_statement}\n</issue>\n\n"
                 "Make the minimal changes to non-test files needed to resolve the issue, then "

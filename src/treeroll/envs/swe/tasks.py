@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import ast
 import copy
+import hashlib
 import json
 import os
 import random
@@ -255,6 +256,12 @@ class SWETask:
     test_command: str = DEFAULT_TEST_COMMAND
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
+    @property
+    def public_id(self) -> str:
+        """The id observations show: a hash of ``task_id``, which for generated tasks names
+        the mutation (``numkit-0000-drop_statement``), a hint no SWE-bench instance gives."""
+        return hashlib.sha256(self.task_id.encode()).hexdigest()[:12]
+
 
 class TaskSet(Sequence[SWETask]):
     """An ordered collection of tasks; ``reset(seed)`` uses ``tasks.for_seed(seed)``."""
@@ -266,6 +273,7 @@ class TaskSet(Sequence[SWETask]):
         self._by_id = {t.task_id: t for t in self._tasks}
         if len(self._by_id) != len(self._tasks):
             raise ValueError("task ids must be unique")
+        self._by_id.update({t.public_id: t for t in self._tasks})
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -281,7 +289,7 @@ class TaskSet(Sequence[SWETask]):
         return self._tasks[seed % len(self._tasks)]
 
     def by_id(self, task_id: str) -> SWETask:
-        """Look a task up by id."""
+        """Look a task up by its id or its public id (:attr:`SWETask.public_id`)."""
         try:
             return self._by_id[task_id]
         except KeyError:
