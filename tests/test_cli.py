@@ -76,6 +76,15 @@ def test_train_changes_parameters_and_writes_metrics(tmp_path) -> None:
     # a run folder is a policy wherever a policy is taken (the same evaluation as --run)
     as_policy = _treeroll("eval", "--policy", str(run), "--tasks", "4")
     assert json.loads(as_policy.stdout.strip().splitlines()[-1]) == result_json
+    # the finished run exported its trained weights as a policy folder (evaluated in the
+    # default environment: a policy folder carries turn settings, not the run's environment)
+    from treeroll.policies import load_policy
+
+    exported = load_policy(str(run / "policy")).model.state_dict()
+    final = torch.load(run / "checkpoints" / "last.pt", weights_only=False)["model"]
+    assert all(torch.equal(exported[k], final[k]) for k in final)
+    as_folder = _treeroll("eval", "--policy", str(run / "policy"), "--tasks", "4")
+    assert json.loads(as_folder.stdout.strip().splitlines()[-1])["tasks"] == 4
     _treeroll("rollout", "--policy", str(run), "--out", str(tmp_path / "by_policy.json"),
               "--task", "5")
     assert (tmp_path / "by_policy.json").is_file()

@@ -65,3 +65,78 @@ def test_eval_command_on_the_shipped_base_starts_without_a_run() -> None:
                             text=True, timeout=300, check=True)
     record = json.loads(result.stdout.strip().splitlines()[-1])
     assert record["tasks"] == 8 and record["format_ok"] > 0.9
+
+
+def _copy_of_base(tmp_path: Path, drop: tuple[str, ...] = ()) -> Path:
+    import shutil
+
+    folder = tmp_path / "copy"
+    shutil.copytree(resolve_policy("frozenlake-tiny"), folder)
+    for name in drop:
+        (folder / name).unlink()
+    return folder
+
+
+def test_policy_folder_without_weights_is_refused_naming_the_files(tmp_path: Path) -> None:
+    folder = _copy_of_base(tmp_path, drop=("model.safetensors",))
+    with pytest.raises(FileNotFoundError, match=r"no weights .*model\.safetensors.*config\.json"):
+        resolve_policy(str(folder))
+
+
+def test_policy_folder_without_tokenizer_is_refused_naming_the_files(tmp_path: Path) -> None:
+    folder = _copy_of_base(tmp_path, drop=("tokenizer.json",))
+    with pytest.raises(FileNotFoundError, match=r"no tokenizer files .*tokenizer\.json"):
+        resolve_policy(str(folder))
+
+
+def test_eval_on_a_folder_without_weights_exits_2_before_loading(tmp_path: Path) -> None:
+    folder = _copy_of_base(tmp_path, drop=("model.safetensors",))
+    result = subprocess.run([sys.executable, "-m", "treeroll.cli", "eval", "--policy",
+                             str(folder), "--tasks", "2"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 2 and "no weights" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_run_folder_resolves_to_its_exported_policy_or_says_it_has_none(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("name: run\n")
+    (run / "policy").mkdir()
+    with pytest.raises(FileNotFoundError, match="without an exported policy"):
+        resolve_policy(str(run))
+    (run / "policy").rmdir()
+    import shutil
+
+    shutil.copytree(resolve_policy("frozenlake-tiny"), run / "policy")
+    assert resolve_policy(str(run)) == run / "policy"
+
+
+def test_turn_settings_are_saved_with_a_policy_and_restored(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from treeroll.policies import save_policy
+
+    policy = replace(load_policy("frozenlake-tiny"), system_in_user=True)
+    save_policy(policy, tmp_path / "p")
+    loaded = load_policy(str(tmp_path / "p"))
+    assert loaded.system_in_user and loaded.view == policy.view
+
+
+def test_context_longer_than_the_model_positions_is_refused_with_the_numbers() -> None:
+    from treeroll.backends.hf import HFBackend
+    from treeroll.base import GenerationRequest, SamplingParams
+    from treeroll.policies import check_context_length
+
+    policy = load_policy("frozenlake-tiny")
+    make_env = lambda: make_frozenlake("rllm")
+    check_context_length(policy, make_env, 24, [500_000, 500_001])  # 4096 positions: fits
+    policy.model.config.max_position_embeddings = 600
+    with pytest.raises(ValueError, match=r"contexts can reach \d+ tokens \(task 500000: a \d+-"
+                       r"token prompt \+ \d+ turns x \(24 reply.*600 positions"):
+        check_context_length(policy, make_env, 24, [500_000, 500_001])
+    backend = HFBackend(policy.model)
+    with pytest.raises(ValueError, match="590-token context and up to 24 new tokens exceed "
+                       "the model's 600 positions"):
+        backend.generate([GenerationRequest(tuple(range(3, 593)))],
+                         SamplingParams(max_new_tokens=24))

@@ -353,3 +353,24 @@ def test_bad_sft_settings_fail_before_the_run_folder_exists(tmp_path: Path) -> N
     with pytest.raises(BadDataLine, match=r"bad\.jsonl:1: 'messages' must be a non-empty"):
         run_sft(config)
     assert not (tmp_path / "runs" / "bad").exists()
+
+
+def test_sft_that_fails_in_its_start_evaluation_leaves_no_run_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import treeroll.training.sft_run as sft_run
+
+    def failing(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise RuntimeError("the template refused a role")
+
+    monkeypatch.setattr(sft_run, "evaluate", failing)
+    with pytest.raises(RuntimeError, match="refused a role"):
+        run_sft(_tiny_config(tmp_path, name="failed"))
+    assert not (tmp_path / "runs" / "failed").exists()
+
+
+def test_sft_refuses_a_model_with_fewer_positions_than_the_contexts(tmp_path: Path) -> None:
+    small = PolicyConfig(init=None, model=ModelConfig(hidden_size=32, num_layers=1, num_heads=2,
+                                                      intermediate_size=64, max_positions=64))
+    with pytest.raises(ValueError, match=r"more than the model's 64 positions"):
+        run_sft(_tiny_config(tmp_path, name="short", policy=small))
+    assert not (tmp_path / "runs" / "short").exists()

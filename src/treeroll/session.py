@@ -16,9 +16,10 @@ from treeroll.base import Env, GenerationBackend
 from treeroll.config import TrainConfig, load_config
 from treeroll.formatting import TurnFormat
 from treeroll.plugins import make_backend, make_env_factory, make_strategy, scorer_name_for
-from treeroll.policies import Policy, build_policy
+from treeroll.policies import Policy, build_policy, check_context_length
 from treeroll.rollout import rollout
 from treeroll.strategies import PATR
+from treeroll.training.evaluation import task_pools
 from treeroll.training.runfolder import read_checkpoint
 from treeroll.tree import Node, RolloutTree
 
@@ -93,6 +94,8 @@ def load_run_policy(run_dir: Path) -> tuple[TrainConfig, GenerationBackend, Turn
     policy = build_policy(config.policy.init, config.policy.model, config.policy.view,
                           make_env, run_dir / "policy",
                           system_in_user=config.policy.system_in_user)
+    check_context_length(policy, make_env, config.rollout.max_turn_tokens,
+                         task_pools(config.env, config.eval)[1])
     policy.model.load_state_dict(read_checkpoint(checkpoint)["model"])
     policy.model.eval()
     return config, make_backend(config.backend, policy), policy.turn_format(), make_env
@@ -104,12 +107,12 @@ def starting_policy(config: TrainConfig) -> Policy:
     make_env = make_env_factory(config.env)
     policy = build_policy(config.policy.init, config.policy.model, config.policy.view,
                           make_env, system_in_user=config.policy.system_in_user)
+    train_seeds, held_out = task_pools(config.env, config.eval)
+    check_context_length(policy, make_env, config.rollout.max_turn_tokens, held_out)
     if config.policy.warm_start_steps and not config.policy.init:
-        from treeroll.training.evaluation import task_pools
         from treeroll.training.sft_run import format_warm_start
 
         torch.manual_seed(config.seed)
-        train_seeds, _ = task_pools(config.env, config.eval)
         format_warm_start(policy, make_env, train_seeds, config.policy,
                           np.random.default_rng(config.seed))
     policy.model.eval()

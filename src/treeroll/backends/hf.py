@@ -68,6 +68,8 @@ class HFBackend:
                  max_kept_logits_bytes: int = 256 * 2**20, replay: bool = True,
                  join_fraction: float = 0.25, join_wait: int = 4) -> None:
         self.model = model
+        self.positions = int(getattr(getattr(model, "config", None), "max_position_embeddings",
+                                     0) or 0)
         self.max_batch_size = max_batch_size
         self.use_prefix_cache = use_prefix_cache
         self.trie = KVTrie(max_cached_tokens)
@@ -206,6 +208,10 @@ class HFBackend:
             max_new = min(params.max_new_tokens, req.max_new_tokens or params.max_new_tokens)
             if max_new < 1:
                 raise ValueError(f"request {index} has max_new_tokens={max_new}; it must be >= 1")
+            if self.positions and len(req.prompt_ids) + max_new > self.positions:
+                raise ValueError(f"request {index}: a {len(req.prompt_ids)}-token context and "
+                                 f"up to {max_new} new tokens exceed the model's "
+                                 f"{self.positions} positions (max_position_embeddings)")
             gen = None
             if req.seed is not None:
                 gen = torch.Generator().manual_seed(int(req.seed))

@@ -1,9 +1,11 @@
 """Policies: the shipped base policies, policy folders, and from-scratch builds.
 
 A *policy folder* is what ``save_pretrained`` writes for a model and its tokenizer, plus
-``treeroll.json`` (the observation view the policy reads, see :mod:`treeroll.views`, and how
-it was made) and a model card ``README.md``. Any treeroll command loads one with
-``--policy.init PATH``; a shipped policy is named instead of a path:
+``treeroll.json`` (the turn settings the policy was trained with -- the observation view it
+reads, see :mod:`treeroll.views`, and whether the system prompt is folded into the first user
+turn -- and how it was made) and a model card ``README.md``. Any treeroll command loads one
+with ``--policy PATH``; a run folder of ``treeroll train`` or ``treeroll sft`` is a policy
+too (its exported ``<run>/policy``); a shipped policy is named instead of a path:
 
 * ``frozenlake-tiny`` -- a small Llama fine-tuned by ``treeroll sft --config
   configs/sft_frozenlake.yaml`` on FrozenLake (rLLM convention) planner episodes; reads grids
@@ -27,8 +29,9 @@ from treeroll.base import Env
 from treeroll.formatting import TurnFormat
 from treeroll.views import CELL_WORD_PATTERN, VIEWS
 
-__all__ = ["SHIPPED", "Policy", "build_policy", "load_policy", "resolve_policy",
-           "save_policy", "shipped_policies"]
+__all__ = ["SHIPPED", "Policy", "build_policy", "check_context_length", "check_policy_files",
+           "load_policy", "longest_context", "max_positions", "resolve_policy", "save_policy",
+           "shipped_policies"]
 
 SHIPPED = ("frozenlake-tiny",)
 """Names of the policies shipped inside the package."""
@@ -77,8 +80,18 @@ def _shipped_dir(name: str) -> Path:
     return Path(__file__).parent / name
 
 
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json")
+"""Files ``from_pretrained`` reads weights from (one of them)."""
+_TOKENIZER_FILES = (("tokenizer.json",), ("tokenizer.model",), ("vocab.json", "merges.txt"),
+                    ("vocab.txt",))
+"""Sets of files a tokenizer loads from (one full set)."""
+
+
 def resolve_policy(spec: str) -> Path:
-    """The folder of a shipped policy name or of a path; a clear error if it is neither."""
+    """The folder of a shipped policy name, a policy folder, or a run folder (its exported
+    ``<run>/policy``); a clear error, before anything is loaded, when it is none of these or
+    lacks the model's configuration, weights or tokenizer files (each named)."""
     if spec in SHIPPED:
         folder = _shipped_dir(spec)
         if not (folder / "config.json").is_file():
@@ -90,13 +103,39 @@ def resolve_policy(spec: str) -> Path:
     if not folder.is_dir():
         raise FileNotFoundError(f"policy.init {spec!r} is neither a shipped policy "
                                 f"({', '.join(SHIPPED)}) nor a folder: pass a folder written "
-                                "by save_pretrained or treeroll sft (nothing is downloaded)")
+                                "by save_pretrained, treeroll sft or treeroll train (nothing "
+                                "is downloaded)")
+    if not (folder / "config.json").is_file() and (folder / "config.yaml").is_file():
+        exported = folder / "policy"
+        if not (exported / "config.json").is_file():
+            raise FileNotFoundError(f"policy.init {spec!r} is a run folder without an exported "
+                                    f"policy ({exported}/config.json): a run exports it when "
+                                    "it finishes; finish it with --resume, or use its "
+                                    "checkpoint where a command takes --run")
+        folder = exported
     if not (folder / "config.json").is_file():
-        hint = (f"; did you mean {folder / 'policy'}?"
-                if (folder / "policy" / "config.json").is_file() else "")
         raise FileNotFoundError(f"policy.init {spec!r} is a folder without a model "
-                                f"(config.json){hint}")
+                                "(config.json)")
+    check_policy_files(folder, spec)
     return folder
+
+
+def check_policy_files(folder: Path, spec: str | None = None) -> None:
+    """Refuse a policy folder that lacks weights or tokenizer files, naming what is missing
+    and what the folder holds (``from_pretrained`` would fail later, or build an empty
+    tokenizer that generates nothing)."""
+    name = spec if spec is not None else str(folder)
+    present = sorted(p.name for p in folder.iterdir())
+    shown = ", ".join(present[:12]) + (", ..." if len(present) > 12 else "")
+    if not any((folder / f).is_file() for f in _WEIGHT_FILES) and not any(
+            folder.glob("*.safetensors")):
+        raise FileNotFoundError(f"policy.init {name!r}: no weights in {folder} (expected one "
+                                f"of {', '.join(_WEIGHT_FILES)}; the folder holds {shown})")
+    if not any(all((folder / f).is_file() for f in files) for files in _TOKENIZER_FILES):
+        wanted = " or ".join("+".join(files) for files in _TOKENIZER_FILES)
+        raise FileNotFoundError(f"policy.init {name!r}: no tokenizer files in {folder} "
+                                f"(expected {wanted}; the folder holds {shown}); save the "
+                                "tokenizer with tokenizer.save_pretrained(folder)")
 
 
 def load_policy(spec: str, view: str | None = None) -> Policy:
@@ -111,7 +150,8 @@ def load_policy(spec: str, view: str | None = None) -> Policy:
     chosen = view or meta.get("view", "plain")
     VIEWS.get(chosen)  # fails with the valid names
     model, tokenizer = load_policy_files(folder)
-    return Policy(model.eval(), tokenizer, chosen, meta)
+    return Policy(model.eval(), tokenizer, chosen, meta,
+                  system_in_user=bool(meta.get("system_in_user", False)))
 
 
 def save_policy(policy: Policy, path: str | Path, *, card: str | None = None,
@@ -122,8 +162,8 @@ def save_policy(policy: Policy, path: str | Path, *, card: str | None = None,
     path.mkdir(parents=True, exist_ok=True)
     policy.model.save_pretrained(path)
     policy.tokenizer.save_pretrained(path)
-    (path / _META_FILE).write_text(json.dumps({"view": policy.view, **(meta or {})}, indent=2)
-                                   + "\n")
+    turn = {"view": policy.view, "system_in_user": policy.system_in_user}
+    (path / _META_FILE).write_text(json.dumps({**turn, **(meta or {})}, indent=2) + "\n")
     if card is not None:
         (path / "README.md").write_text(card)
     return path
@@ -137,7 +177,8 @@ def build_policy(init: str | None, model_config: Any, view: str | None,
     in ``tokenizer_dir`` if there is one (a resumed run), else builds a word-level tokenizer
     covering the environment's texts seen through ``view``; the caller saves it."""
     if init:
-        return replace(load_policy(init, view), system_in_user=system_in_user)
+        policy = load_policy(init, view)
+        return replace(policy, system_in_user=system_in_user or policy.system_in_user)
     view = view or "plain"
     observe = VIEWS.get(view)
     if tokenizer_dir is not None and (tokenizer_dir / "tokenizer.json").exists():
@@ -205,3 +246,52 @@ def init_cell_embeddings(model: Any, tokenizer: Any, seed: int = 0) -> None:
         for symbol, row, column, index in parsed:
             embedding[index] = (symbol_table[symbols.index(symbol)] + axes["row"][row]
                                 + axes["column"][column])
+
+
+def max_positions(model: Any) -> int | None:
+    """The model's ``max_position_embeddings`` (None when its config does not say)."""
+    value = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return int(value) if value else None
+
+
+def longest_context(turn_format: TurnFormat, make_env: Callable[[], Env],
+                    max_turn_tokens: int, seeds: Any) -> tuple[int, str]:
+    """The longest context an episode can reach on these task seeds, and how it adds up: the
+    first prompt, then per turn a full reply (``max_turn_tokens``) and an observation as long
+    as the longer of the first one and the one after an empty reply (an error message).
+    ``(0, "")`` when the environment says nothing of its turn limit (``turn_limit`` or
+    ``max_turns``)."""
+    longest, how = 0, ""
+    for seed in seeds:
+        env = make_env()
+        first = env.reset(int(seed))
+        turns = getattr(env, "turn_limit", None) or getattr(env, "max_turns", None)
+        if not isinstance(turns, int):
+            return 0, ""
+        prompt, _ = turn_format.prompt(env.system_prompt, first)
+        after_empty = env.fork().step("")[0]
+        observed = max(len(turn_format.observation(text, True)[0])
+                       for text in (first, after_empty))
+        total = len(prompt) + turns * (max_turn_tokens + observed)
+        if total > longest:
+            longest = total
+            how = (f"task {int(seed)}: a {len(prompt)}-token prompt + {turns} turns x "
+                   f"({max_turn_tokens} reply + {observed} observation tokens)")
+    return longest, how
+
+
+def check_context_length(policy: Policy, make_env: Callable[[], Env], max_turn_tokens: int,
+                         seeds: Any) -> None:
+    """Refuse, before any work, a policy whose positions (``max_position_embeddings``) are
+    fewer than the contexts an episode on the first tasks can reach (:func:`longest_context`):
+    a model fed past its positions generates without a word of warning."""
+    limit = max_positions(policy.model)
+    if limit is None:
+        return
+    longest, how = longest_context(policy.turn_format(), make_env, max_turn_tokens,
+                                   list(seeds)[:8])
+    if longest > limit:
+        raise ValueError(f"contexts can reach {longest} tokens ({how}), more than the model's "
+                         f"{limit} positions (max_position_embeddings): lower "
+                         "rollout.max_turn_tokens or the environment's turns, or use a model "
+                         "with more positions")

@@ -7,10 +7,12 @@ the run folder's layout.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from treeroll.base import Env, ExpertEnv
 from treeroll.config import PolicyConfig, check_config, config_to_dict
 from treeroll.formatting import TurnFormat
 from treeroll.plugins import make_env_factory
-from treeroll.policies import Policy, build_policy, save_policy
+from treeroll.policies import Policy, build_policy, check_context_length, save_policy
 from treeroll.training.evaluation import Reporter, Silent, evaluate, pool_words, task_pools
 from treeroll.training.runfolder import (
     RunFolder,
@@ -165,6 +167,17 @@ def _check_export(export: str | None, run_policy: Path) -> None:
                          "treeroll.json): it would be replaced; choose an empty or new folder")
 
 
+@contextlib.contextmanager
+def _removed_on_failure(folder: RunFolder, existed: bool) -> Iterator[None]:
+    """A new run that fails before its first step leaves no run folder behind."""
+    try:
+        yield
+    except BaseException:
+        if not existed and not folder.resume:
+            shutil.rmtree(folder.path, ignore_errors=True)
+        raise
+
+
 def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     """Run (or resume) ``treeroll sft``; returns the summary also written to
     ``summary.json``."""
@@ -182,10 +195,12 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
     policy = build_policy(config.policy.init, config.policy.model, config.policy.view,
                           make_env, folder.path / "tokenizer" if config.resume else None,
                           system_in_user=config.policy.system_in_user)
+    check_context_length(policy, make_env, config.rollout.max_turn_tokens, held_out)
     turn_format = policy.turn_format()
     skipped: list[str] = []
     batches = make_batches(config.data, make_env, turn_format, len(policy.tokenizer),
                            train_seeds, warn=skipped.append)
+    existed = folder.path.exists()
     folder.start(resolved)
     if not config.policy.init and not config.resume:
         policy.tokenizer.save_pretrained(folder.path / "tokenizer")
@@ -217,7 +232,8 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
         reporter.phase(f"evaluating the starting policy on {config.eval.tasks} "
                        f"{pool_words(config.eval)} tasks",
                        config.eval.tasks)
-        summary["start_eval"] = held_out_eval(config.eval.tasks)
+        with _removed_on_failure(folder, existed):
+            summary["start_eval"] = held_out_eval(config.eval.tasks)
         append_jsonl(folder.metrics, {"step": 0, "eval": summary["start_eval"]})
 
     def checkpoint() -> None:

@@ -1,7 +1,8 @@
 """The training loop: sample tasks -> roll out -> rewards -> advantages -> update -> log.
 
 A run lives in ``<runs_dir>/<name>/``: ``config.yaml`` (resolved), ``metrics.jsonl`` (one JSON
-object per step, flushed as written), ``policy/`` (tokenizer and config of the model),
+object per step, flushed as written), ``policy/`` (the tokenizer of a from-scratch model;
+when the run finishes, the trained policy as a policy folder),
 ``checkpoints/last.pt`` (model, optimiser, step, RNG; written atomically), ``trees/`` (sampled
 trees as JSON), ``eval.json`` and plots. ``resume=True`` continues from the last checkpoint;
 Ctrl-C writes a checkpoint first, so an interrupted run folder is usable.
@@ -33,7 +34,7 @@ from treeroll.plugins import (
     scorer_name_for,
     sync_weights,
 )
-from treeroll.policies import build_policy
+from treeroll.policies import build_policy, check_context_length, save_policy
 from treeroll.rollout import count_status, rollout
 from treeroll.training.behaviour import StaleBehaviour
 from treeroll.training.evaluation import Reporter, Silent, evaluate, pool_words, task_pools
@@ -150,6 +151,8 @@ class _Run:
         policy = build_policy(config.policy.init, config.policy.model, config.policy.view,
                               self.make_env, run_dir / "policy" if folder.resume else None,
                               system_in_user=config.policy.system_in_user)
+        check_context_length(policy, self.make_env, config.rollout.max_turn_tokens,
+                             self.train_seeds)
         state = None
         if folder.resume:
             state = load_checkpoint(folder.checkpoint, self.rng)
@@ -258,12 +261,31 @@ class _Run:
             raise
         self.summary["steps"] = config.optim.steps
         self.summary["generated_tokens"] = self.cumulative["generated"]
+        self._export()
         self.summary["finished"] = True
         append_jsonl(self.folder.metrics, {"step": config.optim.steps, "final": True,
                                            "eval": self.summary["final_eval"]})
         (run_dir / "summary.json").write_text(json.dumps(self.summary, indent=2))
         _write_plots(run_dir)
         return self.summary
+
+    def _export(self) -> None:
+        """Write the trained policy as a policy folder, ``<run>/policy`` (weights, tokenizer,
+        turn settings and a model card): every command takes it, or the run folder, as
+        ``--policy``."""
+        config, final = self.config, self.summary.get("final_eval", {})
+        card = "\n".join([
+            f"# {config.name}", "",
+            "A treeroll policy folder exported by `treeroll train` (load it with "
+            "`--policy <this folder>` or `--policy <the run folder>`).", "",
+            f"- Start: {config.policy.init or 'from scratch'}",
+            f"- Training: {config.optim.steps} steps of {config.strategy.name} on "
+            f"{config.env.name}",
+            f"- Held-out success after training: {final.get('success', float('nan')):.3f} "
+            f"({config.eval.tasks} tasks, {pool_words(config.eval)})", ""])
+        save_policy(self.policy, self.folder.path / "policy",
+                    card=card, meta={"made_by": "treeroll train", "init": config.policy.init,
+                                     "steps": config.optim.steps})
 
     def _step(self, step: int) -> None:
         config, run_dir = self.config, self.folder.path
