@@ -101,6 +101,7 @@ FIGURES = (
                               "docs/compare_family"), False, 30, ("docs/compare_family",)),
     Figure("allocation_quick", ("bench/allocation.py", "--quick", "--fresh"), False, 15),
     Figure("allocation", ("bench/allocation.py", "--fresh"), False, 30),
+    Figure("real_model", ("bench/real_model.py",), False, 75),
 )
 
 

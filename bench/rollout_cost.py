@@ -85,12 +85,14 @@ class MatchedChain(Chain):
 
 def compare(fresh_backend: Callable[[], Any], turn_format: TurnFormat,
             make_env: Callable[[], Any], seeds: np.ndarray, settings: RolloutConfig,
-            repeats: int, per_batch: int
+            repeats: int, per_batch: int, tree: object | None = None
             ) -> tuple[dict[str, list[float]], dict[str, TokenCounts], dict[str, int]]:
     """Wall seconds per leaf (one entry per repeat), token totals and the backend's count of
     refed branch points, tree and chain; every run on ``fresh_backend()`` (an empty cache).
-    ``bench/server_backend.py`` runs this on its server backends too."""
-    tree = TreeGRPO(m=4, n=2, l=1)  # up to M(LN + 1) = 12 leaves per task
+    ``tree``: the tree strategy (default Tree-GRPO M = 4, N = 2, L = 1: up to M(LN + 1) = 12
+    leaves per task). ``bench/server_backend.py`` and ``bench/real_model.py`` run this on
+    their backends too."""
+    tree = tree if tree is not None else TreeGRPO(m=4, n=2, l=1)
 
     def run(strategy: object, tasks: np.ndarray, seed: int
             ) -> tuple[float, TokenCounts, dict[int, int], int]:

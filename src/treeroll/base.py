@@ -110,15 +110,16 @@ class ExpertEnv(Env, Protocol):
     generates its data from it on the fly."""
 
     def expert_reply(self, rng: np.random.Generator, skill: float = 1.0, *,
-                     explain: bool = False, safe_moves: bool = False) -> ExpertReply:
+                     explain: bool | str = False, safe_moves: bool = False) -> ExpertReply:
         """The expert's reply in the current state. With probability ``1 - skill`` per
         decision the expert acts at random instead (``is_expert=False`` then); ``skill = 1``
         is the clean expert. ``explain`` asks for a short statement of what the expert
-        reads in the state before the action (the environment documents its form; the
-        parse of the reply ignores it); ``safe_moves`` asks that statement to list the
-        moves that avoid an immediate loss (FrozenLake's holes); an expert that cannot
-        raises ``ValueError`` naming what it can do. Draws only from ``rng`` (never from
-        the environment's own RNG, so demonstrating does not change the episode)."""
+        reads in the state before the action (the environment documents its form, and the
+        styles a string may name; the parse of the reply ignores it); ``safe_moves`` asks
+        that statement to list the moves that avoid an immediate loss (FrozenLake's holes);
+        an expert that cannot raises ``ValueError`` naming what it can do. Draws only from
+        ``rng`` (never from the environment's own RNG, so demonstrating does not change the
+        episode)."""
         ...
 
 

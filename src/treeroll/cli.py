@@ -64,6 +64,28 @@ def _policy_spelling(command: str, args: list[str]) -> list[str]:
     return out
 
 
+def _named_policy(command: str, args: list[str], config_path: str | None
+                  ) -> tuple[str | None, tuple[str, ...]]:
+    """The policy a command line names (its option, else its config file's key) and the
+    config sections it sits under; ``(None, ())`` when neither names one."""
+    option = POLICY_OPTION.get(command)
+    if option is None or command == "eval":  # eval applies them itself (cmd_eval)
+        return None, ()
+    path = option[2:].split(".")
+    for i, arg in enumerate(args):
+        name, equals, value = arg.partition("=")
+        if name == option:
+            return (value if equals else (args[i + 1] if i + 1 < len(args) else None)), \
+                tuple(path[:-2])
+    if config_path is not None and Path(config_path).is_file():
+        node: Any = yaml.safe_load(Path(config_path).read_text())
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, str):
+            return node, tuple(path[:-2])
+    return None, ()
+
+
 def _check_writable(path: Path, option: str) -> None:
     """Refuse, before any work, an output ``path`` that cannot be written: its nearest
     existing ancestor must be a folder this user may write in."""
@@ -166,6 +188,11 @@ def _parse(cls: type[T], args: list[str], description: str, *, command: str,
             continue
         rest.append(args[i])
         i += 1
+    spec, prefix = _named_policy(command, rest, config_path)
+    if spec is not None:  # its settings go under the config file and the options
+        from treeroll.policies import with_policy_defaults
+
+        default = with_policy_defaults(default if default is not None else cls(), spec, prefix)
     if config_path is not None:
         from_file = load_config(config_path, cls)  # checks the file and names bad keys
         if default is None:
@@ -274,8 +301,9 @@ def cmd_eval(args: list[str]) -> int:
     else:
         from treeroll.backends.hf import HFBackend
         from treeroll.plugins import make_env_factory
+        from treeroll.policies import with_policy_defaults
 
-        config = TrainConfig()
+        config = with_policy_defaults(TrainConfig(), command.policy)
         if command.policy is not None:
             config.policy = replace(config.policy, init=command.policy)
         policy = starting_policy(config)

@@ -583,17 +583,19 @@ def _swe_problems(env: EnvConfig) -> list[tuple[str, str]]:
 
 
 def _init_problems(init: str | None) -> list[tuple[str, str]]:
+    from treeroll.fetch import REAL_POLICIES
     from treeroll.policies import SHIPPED
 
-    if init is None or init in SHIPPED:
+    if init is None or init in SHIPPED or init in REAL_POLICIES:
         return []
     folder = Path(init)
-    if (folder / "config.json").is_file():
+    if (folder / "config.json").is_file() or (folder / "policy" / "config.json").is_file():
         return []
-    what = "no such folder" if not folder.exists() else "a folder without config.json"
-    return [("--policy.init", f"is {init!r} ({what}); valid: a shipped policy "
-             f"({', '.join(SHIPPED)}), a folder written by save_pretrained / treeroll sft, "
-             "or null for a from-scratch build")]
+    what = ("a run folder without an exported policy" if (folder / "config.yaml").is_file()
+            else "no such folder" if not folder.exists() else "a folder without config.json")
+    return [("--policy.init", f"is {init!r} ({what}); valid: a named policy "
+             f"({', '.join([*SHIPPED, *REAL_POLICIES])}), a folder written by save_pretrained, "
+             "a finished treeroll train / sft run, or null for a from-scratch build")]
 
 
 def check_config(config: Any, extra: list[tuple[str, str]] | None = None) -> None:

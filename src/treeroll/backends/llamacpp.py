@@ -224,14 +224,19 @@ class ManagedLlamaCpp(LlamaCppBackend):
     :class:`~treeroll.base.UpdatableBackend`).
 
     The GGUF files live in ``workdir`` (a temporary folder by default), one per weight
-    version; the process is stopped by :meth:`close`, on exit, or by ``with``.
+    version; the process is stopped by :meth:`close`, on exit, or by ``with``. ``gguf``: a
+    file to serve as it is until the first weight update (a registry model's own, e.g.
+    SmolLM2's Q4_1: its logprobs are the quantised model's, not the float32 model's the
+    trainer holds; ``bench/real_model.py`` measures the gap); every later version is the
+    model's float32 weights.
     """
 
     def __init__(self, model: Any, tokenizer: Any, *, workdir: str | Path | None = None,
                  slots: int = 8, ctx_per_slot: int = 2048, threads: int = 2,
                  cache_ram_mib: int = 1024, share_prompts: bool = False,
-                 timeout: float = 600.0) -> None:
+                 timeout: float = 600.0, gguf: str | Path | None = None) -> None:
         self.model, self.tokenizer = model, tokenizer
+        self.original = Path(gguf) if gguf else None
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="treeroll-"
                                                                                  "gguf-"))
         self.version = 0
@@ -247,9 +252,12 @@ class ManagedLlamaCpp(LlamaCppBackend):
 
     def _start(self) -> None:
         server_binary()  # on a cold cache this fetches the sources the GGUF writer comes from
-        path = export_gguf(self.model, self.tokenizer,
-                           self.workdir / f"policy-v{self.version}.gguf",
-                           gguf_source=source_dir())
+        if self.version == 0 and self.original is not None:
+            path = self.original
+        else:
+            path = export_gguf(self.model, self.tokenizer,
+                               self.workdir / f"policy-v{self.version}.gguf",
+                               gguf_source=source_dir())
         self.server = LlamaServer(path, **self.server_options).start()  # type: ignore[arg-type]
         self.url = self.server.url
 
@@ -266,7 +274,7 @@ class ManagedLlamaCpp(LlamaCppBackend):
         self.close()
         self.version += 1
         self._start()
-        if old is not None:
+        if old is not None and old != self.original:
             old.unlink(missing_ok=True)
 
     def close(self) -> None:
@@ -284,7 +292,12 @@ class ManagedLlamaCpp(LlamaCppBackend):
 
 def managed(policy: Any, **options: Any) -> ManagedLlamaCpp:
     """``--backend.name treeroll.backends.llamacpp:managed``: a llama.cpp server started for
-    the policy (``--backend.options slots 8 threads 2 ...``)."""
+    the policy (``--backend.options slots 8 threads 2 ...``). A registry policy's own GGUF
+    (``treeroll.json``'s ``gguf``) is served as it is until the first update unless
+    ``gguf`` is given (``--backend.options gguf ''`` writes the float32 weights from the
+    start)."""
+    source = getattr(policy, "meta", {}).get("gguf")
+    options.setdefault("gguf", source if source and Path(source).is_file() else None)
     return ManagedLlamaCpp(policy.model, policy.tokenizer, **options)
 
 

@@ -395,7 +395,7 @@ class FrozenLakeEnv:
         return f"<think>Moving on.</think><answer>{' || '.join(actions)}</answer>"
 
     def expert_reply(self, rng: np.random.Generator, skill: float = 1.0, *,
-                     explain: bool = False, safe_moves: bool = False) -> ExpertReply:
+                     explain: bool | str = False, safe_moves: bool = False) -> ExpertReply:
         """The noisy shortest-path planner's reply (implements :class:`treeroll.base.ExpertEnv`):
         each action follows a shortest path to the goal with probability ``skill`` (ties
         broken at random) and is uniformly random otherwise.
@@ -410,7 +410,10 @@ class FrozenLakeEnv:
         view (``P@2,3 G@4,5``), the brief reasoning rLLM's prompt asks for. With
         ``safe_moves`` that line goes on with ``safe`` and the actions that land on ice or the
         goal, in the order Up, Down, Left, Right (``P@2,3 G@4,5 safe Up Left``), as the
-        ``cell_coordinates_safe`` view's header line writes them.
+        ``cell_coordinates_safe`` view's header line writes them. ``explain="words"``
+        says the same in a sentence for a model that reads the ``plain`` view (rows and
+        columns counted from 1, top left): ``I am at row 3, column 4; the goal is at row 5,
+        column 6. Safe moves: Up, Left.``
         """
         if not 0.0 <= skill <= 1.0:
             raise ValueError(f"expert_reply: skill must be in [0, 1], got {skill}")
@@ -431,18 +434,27 @@ class FrozenLakeEnv:
             actions.append(ACTION_NAMES[index])
             position = _neighbour(position, index, self.size)
         if self.config.convention == "rllm":
-            reasoning = ""
-            if explain:
-                reasoning = (f"P@{self.position[0]},{self.position[1]} "
-                             f"G@{self.goal[0]},{self.goal[1]}")
-                if safe_moves:
-                    reasoning += " safe" + "".join(
-                        f" {name}" for name in ("Up", "Down", "Left", "Right")
-                        if self._lands_safely(self.position, _ACTION_INDEX[name.lower()]))
-                reasoning += "\n"
+            reasoning = self._explanation(explain, safe_moves) if explain else ""
             return ExpertReply(f"{reasoning}```{actions[0]}```", optimal)
         return ExpertReply(f"<think>Moving on.</think><answer>{' || '.join(actions)}</answer>",
                            optimal)
+
+    def _explanation(self, style: bool | str, safe_moves: bool) -> str:
+        """The line before the action (:meth:`expert_reply`): cell words, or ``words``."""
+        if style not in (True, "cells", "words"):
+            raise ValueError(f"expert_reply: explain is {style!r}; valid: True, 'cells', "
+                             "'words'")
+        safe = [name for name in ("Up", "Down", "Left", "Right")
+                if self._lands_safely(self.position, _ACTION_INDEX[name.lower()])]
+        (row, column), (goal_row, goal_column) = self.position, self.goal
+        if style == "words":
+            line = (f"I am at row {row + 1}, column {column + 1}; the goal is at row "
+                    f"{goal_row + 1}, column {goal_column + 1}.")
+            return line + (f" Safe moves: {', '.join(safe) or 'none'}." if safe_moves
+                           else "") + "\n"
+        line = f"P@{row},{column} G@{goal_row},{goal_column}"
+        return line + (" safe" + "".join(f" {name}" for name in safe) if safe_moves
+                       else "") + "\n"
 
     def _lands_safely(self, position: Cell, index: int) -> bool:
         """Whether move ``index`` from ``position`` lands on ice or the goal (not a hole, and

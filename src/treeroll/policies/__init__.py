@@ -16,11 +16,12 @@ Nothing is ever downloaded: shipped policies are files inside the package.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -30,8 +31,10 @@ from treeroll.formatting import TurnFormat
 from treeroll.views import CELL_WORD_PATTERN, VIEWS
 
 __all__ = ["SHIPPED", "Policy", "build_policy", "check_context_length", "check_policy_files",
-           "load_policy", "longest_context", "max_positions", "resolve_policy", "save_policy",
-           "shipped_policies"]
+           "load_policy", "longest_context", "max_positions", "policy_defaults", "resolve_policy",
+           "save_policy", "shipped_policies", "with_policy_defaults"]
+
+T = TypeVar("T")
 
 SHIPPED = ("frozenlake-tiny",)
 """Names of the policies shipped inside the package."""
@@ -92,6 +95,8 @@ def resolve_policy(spec: str) -> Path:
     """The folder of a shipped policy name, a policy folder, or a run folder (its exported
     ``<run>/policy``); a clear error, before anything is loaded, when it is none of these or
     lacks the model's configuration, weights or tokenizer files (each named)."""
+    from treeroll.fetch import REAL_POLICIES, real_policy
+
     if spec in SHIPPED:
         folder = _shipped_dir(spec)
         if not (folder / "config.json").is_file():
@@ -99,12 +104,14 @@ def resolve_policy(spec: str) -> Path:
                                     f"missing from {folder}; make it with `treeroll sft "
                                     "--config configs/sft_frozenlake.yaml`")
         return folder
+    if spec in REAL_POLICIES:
+        return real_policy(spec)
     folder = Path(spec).expanduser()
     if not folder.is_dir():
-        raise FileNotFoundError(f"policy.init {spec!r} is neither a shipped policy "
-                                f"({', '.join(SHIPPED)}) nor a folder: pass a folder written "
-                                "by save_pretrained, treeroll sft or treeroll train (nothing "
-                                "is downloaded)")
+        raise FileNotFoundError(f"policy.init {spec!r} is neither a named policy "
+                                f"({', '.join([*SHIPPED, *REAL_POLICIES])}) nor a folder: pass "
+                                "a folder written by save_pretrained, treeroll sft or treeroll "
+                                "train (nothing is downloaded from a model hub)")
     if not (folder / "config.json").is_file() and (folder / "config.yaml").is_file():
         exported = folder / "policy"
         if not (exported / "config.json").is_file():
@@ -138,6 +145,63 @@ def check_policy_files(folder: Path, spec: str | None = None) -> None:
                                 "tokenizer with tokenizer.save_pretrained(folder)")
 
 
+def policy_defaults(spec: str | None) -> dict[str, Any]:
+    """The settings a policy brings (``treeroll.json``'s ``defaults``, e.g. a real model's
+    longer turn cap), read without loading or converting anything; ``{}`` when it has none
+    or ``spec`` names nothing readable (loading it later says why)."""
+    from treeroll.fetch import REAL_POLICIES
+
+    if not spec:
+        return {}
+    if spec in REAL_POLICIES:
+        return copy.deepcopy(REAL_POLICIES[spec].defaults)
+    folder = _shipped_dir(spec) if spec in SHIPPED else Path(spec).expanduser()
+    if not (folder / _META_FILE).is_file() and (folder / "policy" / _META_FILE).is_file():
+        folder = folder / "policy"  # a run folder's exported policy
+    try:
+        meta = json.loads((folder / _META_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    defaults = meta.get("defaults", {}) if isinstance(meta, dict) else {}
+    return defaults if isinstance(defaults, dict) else {}
+
+
+def with_policy_defaults(config: T, spec: str | None, prefix: tuple[str, ...] = ()) -> T:
+    """``config`` (a config dataclass) with the defaults of policy ``spec``
+    (:func:`policy_defaults`) under ``prefix`` (e.g. ``("train",)`` for ``treeroll
+    rollout``'s settings) merged in; keys the config does not have (a section only another
+    command has) are left out. The command line and a config file go on top of this."""
+    defaults = policy_defaults(spec)
+    if not defaults:
+        return config
+    from treeroll.config import merged_config
+
+    for key in reversed(prefix):
+        defaults = {key: defaults}
+    known = _known(type(config), defaults)
+    return merged_config(config, known) if known else config
+
+
+def _known(cls: Any, mapping: dict[str, Any]) -> dict[str, Any]:
+    """The part of ``mapping`` whose keys are fields of the dataclass ``cls`` (recursively)."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for item in dataclasses.fields(cls):
+        if item.name not in mapping:
+            continue
+        value, kind = mapping[item.name], hints.get(item.name)
+        if isinstance(value, dict) and dataclasses.is_dataclass(kind):
+            inner = _known(kind, value)
+            if inner:
+                out[item.name] = inner
+        elif not isinstance(value, dict):
+            out[item.name] = value
+    return out
+
+
 def load_policy(spec: str, view: str | None = None) -> Policy:
     """Load a shipped policy by name, or a policy folder by path.
 
@@ -162,7 +226,8 @@ def save_policy(policy: Policy, path: str | Path, *, card: str | None = None,
     path.mkdir(parents=True, exist_ok=True)
     policy.model.save_pretrained(path)
     policy.tokenizer.save_pretrained(path)
-    turn = {"view": policy.view, "system_in_user": policy.system_in_user}
+    turn = {"view": policy.view, "system_in_user": policy.system_in_user,
+            **({"defaults": policy.meta["defaults"]} if "defaults" in policy.meta else {})}
     (path / _META_FILE).write_text(json.dumps({**turn, **(meta or {})}, indent=2) + "\n")
     if card is not None:
         (path / "README.md").write_text(card)

@@ -54,6 +54,10 @@ class SFTDataConfig:
     explain: bool = False
     """``expert``: the expert states what it reads before each action (FrozenLake: its
     cell and the goal's, ``P@2,3 G@4,5``); the policy learns to do the same."""
+    explain_style: str = checked("cells", choices=("cells", "words"))
+    """``explain``'s form (FrozenLake): ``cells`` writes the ``cell_coordinates`` view's
+    words, ``words`` a sentence for a model reading the ``plain`` view (``I am at row 3,
+    column 4; the goal is at row 5, column 6.``)."""
     explain_safe_moves: bool = False
     """``expert`` with ``explain`` (FrozenLake): the explanation goes on with ``safe`` and the
     moves that do not land in a hole (``P@2,3 G@4,5 safe Up Left``), as the
@@ -63,6 +67,11 @@ class SFTDataConfig:
     """Examples per optimiser step."""
     max_tokens: int = checked(4096, ge=2)
     """Longest example kept (longer ones are cut at this many tokens)."""
+
+    @property
+    def expert_explain(self) -> bool | str:
+        """What ``expert_reply``'s ``explain`` gets: the style, or False."""
+        return self.explain_style if self.explain else False
 
     def problems(self) -> list[tuple[str, str]]:
         """Cross-field problems, as :func:`treeroll.checks.validate` takes them."""
@@ -132,10 +141,20 @@ class SFTConfig:
     optim: SFTOptimConfig = field(default_factory=SFTOptimConfig)
     eval: EvalConfig = field(default_factory=lambda: EvalConfig(tasks=256, every=100,
                                                                 tasks_during=128))
+    eval_at_start: bool = True
+    """Evaluate the starting policy too (off for a model whose untrained replies run to every
+    turn's cap: SmolLM2's zero-shot evaluation takes ~30 s a task here)."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     """How the held-out evaluations sample (their temperature is ``eval.temperature``); use
     the RL run's settings so that the figures compare (FrozenLake: 16 tokens a turn)."""
 
+
+
+def adamw(model: Any, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW over ``model``'s parameters, fused (one kernel over all of them: on two CPU
+    cores a step over SmolLM2-135M's parameters takes ~1.3 s fused against ~10 s with the
+    default per-tensor loop; the update is the same rule)."""
+    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, fused=True)
 
 
 def lr_factor(step: int, config: SFTOptimConfig) -> float:

@@ -58,7 +58,7 @@ class BadDataLine(ValueError):
 
 
 def expert_episode(env: Env, seed: int, turn_format: TurnFormat, rng: np.random.Generator,
-                   *, skill: float = 1.0, mask_noise: bool = True, explain: bool = False,
+                   *, skill: float = 1.0, mask_noise: bool = True, explain: bool | str = False,
                    safe_moves: bool = False, max_turns: int = 10_000) -> SFTExample:
     """One whole episode of ``env``'s expert on task ``seed``, as the policy would see it.
 

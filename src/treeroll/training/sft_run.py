@@ -38,6 +38,7 @@ from treeroll.training.sft import (
     SFTDataConfig,
     SFTOptimConfig,
     SFTState,
+    adamw,
     copy_policy_folder,
     sft_steps,
 )
@@ -63,9 +64,9 @@ def _check_expert_reply(probe: ExpertEnv, data: SFTDataConfig, turn_format: Turn
     the explanation's words belong to a view the policy does not read)."""
     probe.reset(int(train_seeds[0]))
     try:
-        reply = (probe.expert_reply(np.random.default_rng(0), explain=data.explain,
+        reply = (probe.expert_reply(np.random.default_rng(0), explain=data.expert_explain,
                                     safe_moves=True) if data.explain_safe_moves
-                 else probe.expert_reply(np.random.default_rng(0), explain=data.explain))
+                 else probe.expert_reply(np.random.default_rng(0), explain=data.expert_explain))
     except (TypeError, ValueError) as error:
         if not data.explain_safe_moves:
             raise
@@ -109,7 +110,7 @@ def make_batches(data: SFTDataConfig, make_env: Callable[[], Env], turn_format: 
     def from_expert(rng: np.random.Generator) -> list[SFTExample]:
         seeds = rng.choice(train_seeds, size=data.episodes_per_step)  # training pool only
         return [_cut(expert_episode(make_env(), int(seed), turn_format, rng, skill=data.skill,
-                                    mask_noise=data.mask_noise, explain=data.explain,
+                                    mask_noise=data.mask_noise, explain=data.expert_explain,
                                     safe_moves=data.explain_safe_moves),
                      data.max_tokens)
                 for seed in seeds]
@@ -130,7 +131,7 @@ def format_warm_start(policy: Policy, make_env: Callable[[], Env], train_seeds: 
     batches = make_batches(data, make_env, policy.turn_format(), len(policy.tokenizer),
                            train_seeds, no_expert_hint="set policy.warm_start_steps: 0, or "
                            "start from a policy folder with policy.init")
-    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=optim.lr, weight_decay=0.0)
+    optimizer = adamw(policy.model, lr=optim.lr, weight_decay=0.0)
     reporter.phase("format warm start", optim.steps)
     loss = float("nan")
     state = SFTState(0, int(rng.integers(2**31)))
@@ -205,8 +206,7 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
     if not config.policy.init and not config.resume:
         policy.tokenizer.save_pretrained(folder.path / "tokenizer")
     model = policy.model
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.optim.lr,
-                                  weight_decay=config.optim.weight_decay)
+    optimizer = adamw(model, lr=config.optim.lr, weight_decay=config.optim.weight_decay)
     rng = np.random.default_rng(config.seed)
     state = SFTState(0, config.seed)
     backend = HFBackend(model, pad_token_id=policy.tokenizer.pad_token_id or 0)
@@ -228,7 +228,7 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
         optimizer.load_state_dict(saved["optimizer"])
         state.step, summary = int(saved["step"]), dict(saved["summary"])
         folder.keep_records_until(state.step)
-    elif config.eval.tasks:
+    elif config.eval.tasks and config.eval_at_start:
         reporter.phase(f"evaluating the starting policy on {config.eval.tasks} "
                        f"{pool_words(config.eval)} tasks",
                        config.eval.tasks)

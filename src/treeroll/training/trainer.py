@@ -48,6 +48,7 @@ from treeroll.training.runfolder import (
     load_checkpoint,
     save_checkpoint,
 )
+from treeroll.training.sft import adamw
 from treeroll.training.sft_run import format_warm_start
 from treeroll.training.tensorboard import ScalarLog
 from treeroll.tree import (
@@ -163,8 +164,8 @@ class _Run:
         self.policy, self.model = policy, policy.model
         self.turn_format = policy.turn_format()
         self.backend = make_backend(config.backend, policy)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.optim.lr,
-                                           weight_decay=config.optim.weight_decay)
+        self.optimizer = adamw(self.model, lr=config.optim.lr,
+                               weight_decay=config.optim.weight_decay)
         return state
 
     def _resume_from(self, state: dict[str, Any]) -> None:

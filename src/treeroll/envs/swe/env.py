@@ -450,7 +450,7 @@ class SWEEnv:
         return observation, 0.0, False, truncated, info
 
     def expert_reply(self, rng: np.random.Generator, skill: float = 1.0, *,
-                     explain: bool = False, safe_moves: bool = False) -> ExpertReply:
+                     explain: bool | str = False, safe_moves: bool = False) -> ExpertReply:
         """The scripted agent's next reply (implements :class:`treeroll.base.ExpertEnv`).
 
         The agent (:class:`treeroll.envs.swe.ScriptedSWEAgent`) reads this episode's

