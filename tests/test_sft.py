@@ -374,3 +374,10 @@ def test_sft_refuses_a_model_with_fewer_positions_than_the_contexts(tmp_path: Pa
     with pytest.raises(ValueError, match=r"more than the model's 64 positions"):
         run_sft(_tiny_config(tmp_path, name="short", policy=small))
     assert not (tmp_path / "runs" / "short").exists()
+
+
+def test_the_shipped_recipe_does_not_export_into_the_package_unless_asked() -> None:
+    from treeroll.config import load_config
+
+    recipe = load_config("configs/sft_frozenlake.yaml", SFTConfig)
+    assert recipe.export is None  # only an explicit --export replaces the shipped base

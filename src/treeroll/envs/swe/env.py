@@ -18,10 +18,13 @@ truncates (reward 0, not evaluated), so does the consecutive format-error limit.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import re
 import shlex
+import subprocess
+import warnings
 import weakref
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -29,11 +32,17 @@ from typing import Any
 import numpy as np
 
 from treeroll.base import ExpertReply, StepResult
-from treeroll.envs.swe.sandbox import CommandResult, Sandbox, SandboxLimits, Workspace
+from treeroll.envs.swe.sandbox import (
+    CommandResult,
+    Sandbox,
+    SandboxLimits,
+    Workspace,
+    sandbox_python,
+)
 from treeroll.envs.swe.tasks import SWETask, TaskSet, builtin_tasks, evaluate
 
-__all__ = ["SUBMIT_SENTINEL", "ParsedAction", "SWEEnv", "SWEEnvConfig", "make_swe_env",
-           "parse_action"]
+__all__ = ["SUBMIT_SENTINEL", "ParsedAction", "SWEEnv", "SWEEnvConfig", "check_can_score",
+           "make_swe_env", "parse_action"]
 
 SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 """mini-swe-agent's submit marker: a command whose output starts with it ends the task."""
@@ -68,6 +77,10 @@ class SWEEnvConfig:
     """Host paths commands may also read and run in overlay mode (a repository's own
     interpreter or toolchain); the system directories and treeroll's Python are always
     there, nothing else of the host is."""
+    allow_host_access: bool = False
+    """Run even where only copy mode works (not root, no namespaces or overlayfs), whose
+    commands read and write the host's files as this user: a policy being trained can find
+    the gold fix or write outside its task there. Refused unless set."""
 
     def __post_init__(self) -> None:
         if self.convention not in _CONVENTIONS:
@@ -349,6 +362,16 @@ class SWEEnv:
             sandbox = Sandbox(self.config.temp_root, self.config.limits,
                               isolation=self.config.isolation, tools=self.config.tools)
         self.sandbox = sandbox
+        check_can_score()
+        if sandbox.mode == "copy":
+            if not self.config.allow_host_access:
+                raise RuntimeError(
+                    "the SWE sandbox can only run in copy mode here (it needs root, unshare "
+                    "and overlayfs for its closed root): commands would read and write this "
+                    "user's files outside the task, which a learning policy can find; run as "
+                    "root, or accept it with allow_host_access=True (--env.options "
+                    "allow_host_access true)")
+            _warn_copy_mode()
         self.system_prompt = (_MINI_SYSTEM if self.config.convention == "mini"
                               else _SWE_AGENT_SYSTEM)
         self.task: SWETask | None = None
@@ -575,6 +598,28 @@ class SWEEnv:
         head = "\n".join(f"<warning>{note}</warning>" for note in notes)
         return (head + "\n" if head else "") + \
             f"<returncode>{result.returncode}</returncode>\n{body}"
+
+
+@functools.cache
+def _warn_copy_mode() -> None:
+    """Say once per process that commands run uncontained (copy mode)."""
+    warnings.warn("the SWE sandbox runs in copy mode (not root, or no namespaces or "
+                  "overlayfs here): commands can read and write what this user can outside "
+                  "the task's tree, and processes that leave their session survive (README, "
+                  "*Environments*); train a policy only in overlay mode", stacklevel=3)
+
+
+@functools.cache
+def check_can_score(python: str | None = None) -> None:
+    """Refuse, before any episode, a sandbox whose Python cannot import pytest: every
+    submission would otherwise fail to be scored (the tests never run)."""
+    python = python or sandbox_python()
+    done = subprocess.run([python, "-c", "import pytest"], capture_output=True, text=True,
+                          timeout=60)
+    if done.returncode != 0:
+        raise RuntimeError(f"the SWE environment scores with pytest, which {python} (the "
+                           "Python its sandbox runs) cannot import: install it there (pip "
+                           "install pytest, or pip install 'treeroll[test]')")
 
 
 def make_swe_env(convention: str = "mini", tasks: TaskSet | None = None, *,

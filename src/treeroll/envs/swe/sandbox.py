@@ -5,20 +5,24 @@ Two isolation modes, chosen once per :class:`Sandbox` (``Sandbox.mode``):
 ``"overlay"`` (running as root on Linux with ``unshare`` and overlayfs; what treeroll's CI uses)
     Each command runs in fresh mount, network and PID namespaces inside a **closed root**: a
     fresh tmpfs made ``/`` with ``pivot_root`` that holds, read-only (submounts included) and
-    nosuid, the system directories (``/usr``, ``/bin``, ``/lib*``), a few ``/etc`` entries
-    and treeroll's Python installation (plus ``tools``), each at its host path; the branch's
-    tree at ``/testbed``; a private size-limited tmpfs at ``/tmp`` (``TMPDIR`` and ``HOME``);
-    a minimal ``/dev``; and a fresh ``/proc`` that shows only the command's own processes.
-    Nothing else of the host exists inside: homes, other checkouts, treeroll's own sources,
-    other tasks' trees, ``/sys``. The task's pristine tree is the read-only *lower* layer
-    shared by every branch; a branch's edits live in its own small *upper* directory
-    (copy-on-write of edited files, by overlayfs). The command runs as the unprivileged user
-    ``nobody`` with ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_NPROC`` and ``RLIMIT_FSIZE``, no
-    network interfaces but a down loopback, and a scrubbed environment. When the command ends
-    or its wall timeout fires, its PID namespace is torn down, which kills every process it
-    started, daemonised ones included. :meth:`Workspace.fork` copies only the upper directory
-    (the files the branch edited), so forking costs O(edited files), not O(tree). If the
-    closed root cannot be built (no ``pivot_root``), the probe fails and copy mode is used.
+    nosuid, the system directories (``/usr``, ``/bin``, ``/lib*``), a few ``/etc`` entries and
+    treeroll's Python installation (plus ``tools``), each at its host path; the branch's tree at
+    ``/testbed``; a private size-limited tmpfs at ``/tmp`` (``TMPDIR`` and ``HOME``); a minimal
+    ``/dev``; and a fresh ``/proc`` that shows only the command's own processes. Nothing else of
+    the host exists inside: homes, other checkouts, treeroll's own sources, other tasks' trees,
+    ``/sys``; treeroll's own package (the pristine projects the tasks are made from live in its
+    data) is covered by an empty read-only tmpfs wherever it lies inside the bound Python
+    installation (a non-editable install), and the scoring plugin's folder is shown read-only at
+    ``/.scoring`` (nothing else of the sandbox's root). The task's pristine tree is the read-
+    only *lower* layer shared by every branch; a branch's edits live in its own small *upper*
+    directory (copy-on- write of edited files, by overlayfs). The command runs as the
+    unprivileged user ``nobody`` with ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_NPROC`` and
+    ``RLIMIT_FSIZE``, no network interfaces but a down loopback, and a scrubbed environment.
+    When the command ends or its wall timeout fires, its PID namespace is torn down, which kills
+    every process it started, daemonised ones included. :meth:`Workspace.fork` copies only the
+    upper directory (the files the branch edited), so forking costs O(edited files), not
+    O(tree). If the closed root cannot be built (no ``pivot_root``), the probe fails and copy
+    mode is used.
 
 ``"copy"`` (fallback: not root, or no namespaces/overlayfs)
     The working tree is a plain directory (forked by a full copy); commands run in their own
@@ -44,6 +48,7 @@ import hashlib
 import itertools
 import os
 import resource
+import secrets
 import select
 import shutil
 import signal
@@ -56,6 +61,8 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from treeroll.envs.swe.cgroups import CommandGroup, cgroup_support
 
 __all__ = ["CommandResult", "Sandbox", "SandboxLimits", "Workspace", "default_root",
            "sandbox_python"]
@@ -89,6 +96,11 @@ class SandboxLimits:
     """RLIMIT_AS (address space) per process."""
     max_processes: int = 256
     """RLIMIT_NPROC: processes of the sandbox user (a fork bomb stops here)."""
+    command_memory_mb: int = 4096
+    """Memory of a command and everything it starts, together (its cgroup; where cgroups
+    are not available only ``memory_mb`` per process holds)."""
+    command_processes: int = 128
+    """Processes a command may have at once, all of them (its cgroup's ``pids.max``)."""
     file_size_mb: int = 32
     """RLIMIT_FSIZE: largest file a command may write."""
     disk_quota_mb: int = 128
@@ -102,7 +114,8 @@ class SandboxLimits:
         if self.wall_timeout_s <= 0:
             raise ValueError(f"wall_timeout_s must be > 0, got {self.wall_timeout_s}")
         for name in ("cpu_seconds", "memory_mb", "max_processes", "file_size_mb",
-                     "disk_quota_mb", "tmpfs_mb", "capture_bytes"):
+                     "disk_quota_mb", "tmpfs_mb", "capture_bytes", "command_memory_mb",
+                     "command_processes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
@@ -178,6 +191,8 @@ JAIL_REPO = "/testbed"
 """The working tree's path inside the closed root (SWE-bench's images use the same)."""
 JAIL_TMP = "/tmp"
 """The private scratch tmpfs inside the closed root (``TMPDIR`` and ``HOME``)."""
+JAIL_SCORING = "/.scoring"
+"""Where commands find the scoring plugin in overlay mode (read-only)."""
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "arm64": 41, "riscv64": 41, "ppc64le": 203,
                "s390x": 217}
 """``pivot_root(2)`` syscall numbers (glibc has no wrapper); elsewhere ``chroot(2)`` is used
@@ -194,6 +209,13 @@ class _Jail:
     binds: tuple[tuple[str, bool], ...]
     submounts: tuple[str, ...] = ()
     """Host mount points, so that mounts below a bound path are made read-only too."""
+    hidden: tuple[str, ...] = ()
+    """Folders inside a bound path covered by an empty read-only tmpfs (treeroll's own
+    package, which holds the SWE tasks' pristine projects, when it is installed inside the
+    Python installation the commands run)."""
+    mapped: tuple[tuple[str, str], ...] = ()
+    """``(host folder, path inside)`` pairs bound read-only at another path (the scoring
+    plugin's folder, at :data:`JAIL_SCORING`)."""
 
 
 def _outermost(paths: list[str]) -> list[str]:
@@ -206,7 +228,8 @@ def _outermost(paths: list[str]) -> list[str]:
     return sorted(kept)
 
 
-def _jail_plan(tools: list[str], root: Path) -> _Jail:
+def _jail_plan(tools: list[str], root: Path, hidden: Sequence[str] = (),
+               mapped: Sequence[tuple[str, str]] = ()) -> _Jail:
     """The closed root: the system directories, a few ``/etc`` entries, and ``tools`` (the
     Python installation commands run, plus any path a caller adds), each read-only at its
     host path. Everything else of the host (homes, other checkouts, treeroll's own sources,
@@ -233,8 +256,12 @@ def _jail_plan(tools: list[str], root: Path) -> _Jail:
              if os.path.exists(f"/etc/{name}")]
     files = [(path, is_dir) for path, is_dir in files
              if not any(path.startswith(d + os.sep) for d in dirs)]
+    covered = tuple(sorted({os.path.realpath(h) for h in hidden
+                            if any(os.path.realpath(h).startswith(d.rstrip(os.sep) + os.sep)
+                                   for d in dirs)}))
     return _Jail(links=tuple(links), binds=tuple((d, True) for d in dirs) + tuple(files),
-                 submounts=tuple(point for point, _, _ in _mount_points()))
+                 submounts=tuple(point for point, _, _ in _mount_points()), hidden=covered,
+                 mapped=tuple(mapped))
 
 
 def _copy_tree(src: Path, dst: Path) -> None:
@@ -343,6 +370,12 @@ def _enter_jail(libc: ctypes.CDLL, plan: _Jail, jail: str, repo: str, scratch: s
         _mount(libc, jail + scratch, jail + "/tmp", None, _MS_BIND, None, "bind /tmp")
     for path, is_dir in plan.binds:
         _bind_read_only(libc, path, jail + path, is_dir=is_dir, submounts=plan.submounts)
+    for path in plan.hidden:
+        if os.path.isdir(jail + path):
+            _mount(libc, "tmpfs", jail + path, "tmpfs",
+                   _MS_RDONLY | _MS_NOSUID | _MS_NODEV, b"size=4k,mode=555", "hide a folder")
+    for source, inside in plan.mapped:
+        _bind_read_only(libc, source, jail + inside, is_dir=True)
     os.makedirs(jail + repo, exist_ok=True)
     _mount(libc, "overlay", jail + repo, "overlay", _MS_NOSUID | _MS_NODEV, overlay_options,
            "mount overlay")
@@ -408,12 +441,27 @@ class Sandbox:
         self._unshare = shutil.which("unshare")
         self._bash = shutil.which("bash") or "/bin/sh"
         self._python_dir = str(Path(sandbox_python()).parent)
+        self.scoring_dir = self.root / "scoring"
+        """The scoring plugin (:mod:`treeroll.envs.swe.scoring_channel`) on the host; commands
+        see it read-only at :attr:`scoring_path` (treeroll's own package is hidden)."""
+        self.scoring_dir.mkdir()
+        self.scoring_module = f"_scoring_{secrets.token_hex(6)}"
+        """The plugin's module name here (unguessable: a tree cannot shadow it)."""
+        plugin = self.scoring_dir / f"{self.scoring_module}.py"
+        shutil.copy(Path(__file__).with_name("scoring_channel.py"), plugin)
+        os.chmod(self.scoring_dir, 0o755)  # read by the sandbox user, whatever the umask
+        os.chmod(plugin, 0o644)
+        (self.root / "results").mkdir(mode=0o700)
         self._jail = _jail_plan([sys.prefix, sys.base_prefix, self._python_dir,
                                  os.path.dirname(os.path.realpath(sandbox_python())),
-                                 *tools], self.root)
+                                 *tools], self.root,
+                                hidden=[str(Path(__file__).resolve().parents[2])],
+                                mapped=[(str(self.scoring_dir), JAIL_SCORING)])
         self.jail_path = self.root / "jail"
         """The mount point of each command's closed root in overlay mode (empty on the host)."""
         self.jail_path.mkdir()
+        self._cgroups = cgroup_support()
+        """Whether commands get a control group of their own (``cgroups.cgroup_support``)."""
         self._user_netns = False
         self.mode = "copy"
         if isolation in ("auto", "overlay") and self._overlay_possible():
@@ -461,6 +509,11 @@ class Sandbox:
             return False
         return done.returncode == 0
 
+    @property
+    def scoring_path(self) -> str:
+        """Where commands find the scoring plugin's folder (``PYTHONPATH`` of a scoring run)."""
+        return JAIL_SCORING if self.mode == "overlay" else str(self.scoring_dir)
+
     def _containment(self) -> dict[str, bool]:
         overlay = self.mode == "overlay"
         return {
@@ -474,6 +527,9 @@ class Sandbox:
             "private_pid_namespace": overlay,
             "copy_on_write_fork": overlay,
             "reads_outside_task_blocked": overlay,
+            "package_data_hidden": overlay,
+            "command_tree_limits": bool(self._cgroups.version),
+            "scoring_channel_outside": True,
         }
 
     def _own(self, path: Path) -> None:
@@ -547,7 +603,8 @@ class Sandbox:
             "TERM": "dumb",
         }
 
-    def _preexec(self, workspace: Workspace) -> Callable[[], None]:
+    def _preexec(self, workspace: Workspace, group: CommandGroup | None = None
+                 ) -> Callable[[], None]:
         limits = self.limits
         overlay = self.mode == "overlay"
         libc = self._libc
@@ -560,6 +617,8 @@ class Sandbox:
         plan = self._jail
 
         def setup() -> None:  # runs in the child between fork and exec
+            if group is not None:  # before the closed root hides /sys
+                group.join()
             if overlay:
                 assert libc is not None
                 if libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET) != 0:
@@ -589,9 +648,26 @@ class Sandbox:
         return shell
 
     def run(self, workspace: Workspace, command: str, *, stdin: str | None = None,
-            timeout_s: float | None = None) -> CommandResult:
+            timeout_s: float | None = None, pass_fds: Sequence[int] = (),
+            extra_env: dict[str, str] | None = None) -> CommandResult:
         """Run ``command`` with ``bash -c`` in ``workspace``; never raises for the command's
-        own failures (timeouts, kills and quota breaches are reported in the result)."""
+        own failures (timeouts, kills and quota breaches are reported in the result).
+        ``pass_fds`` and ``extra_env``: descriptors and variables the command inherits (the
+        scorer's result channel). With cgroups, the command and everything it starts share
+        one memory and one process limit (``command_memory_mb``, ``command_processes``) and
+        every process left in the group is killed when the command ends."""
+        group = self._cgroups.group(self.limits.command_memory_mb * 2**20,
+                                    self.limits.command_processes)
+        try:
+            return self._run(workspace, command, stdin, timeout_s, pass_fds, extra_env, group)
+        finally:
+            if group is not None:
+                group.kill()
+                group.close()
+
+    def _run(self, workspace: Workspace, command: str, stdin: str | None,
+             timeout_s: float | None, pass_fds: Sequence[int],
+             extra_env: dict[str, str] | None, group: CommandGroup | None) -> CommandResult:
         timeout = self.limits.wall_timeout_s if timeout_s is None else timeout_s
         before = _list_files(workspace.upper)
         start = time.perf_counter()
@@ -599,9 +675,10 @@ class Sandbox:
             proc = subprocess.Popen(
                 self._argv(command), stdin=subprocess.PIPE if stdin is not None
                 else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                env=self._environment(workspace), start_new_session=True,
-                cwd=None if self.mode == "overlay" else workspace.upper,
-                preexec_fn=self._preexec(workspace), close_fds=True)
+                env={**self._environment(workspace), **(extra_env or {})},
+                start_new_session=True, cwd=None if self.mode == "overlay" else workspace.upper,
+                preexec_fn=self._preexec(workspace, group), close_fds=True,
+                pass_fds=tuple(pass_fds))
         except (OSError, subprocess.SubprocessError) as err:
             return CommandResult(output="", returncode=-1, error=f"sandbox failed: {err}")
         if stdin is not None and proc.stdin is not None:

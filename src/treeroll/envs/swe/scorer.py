@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from treeroll.base import Score
 from treeroll.envs.swe.env import SWEEnv
-from treeroll.envs.swe.tasks import evaluate
+from treeroll.envs.swe.tasks import ScoringError, evaluate
 from treeroll.tree import Node, RolloutTree
 
 __all__ = ["SWEProcessScorer", "SWEScoreWeights"]
@@ -114,8 +114,11 @@ class SWEProcessScorer:
         if self.run_tests and python and not broken:
             key = (task.task_id, digest.hexdigest())
             if key not in self._cache:
-                results = evaluate(env.sandbox, workspace, task, task.fail_to_pass,
-                                   timeout_s=self.test_timeout_s)
+                try:
+                    results = evaluate(env.sandbox, workspace, task, task.fail_to_pass,
+                                       timeout_s=self.test_timeout_s)
+                except ScoringError:  # a partial state's signal: no test passes
+                    results = {}
                 self._cache[key] = sum(results.values()) / max(len(results), 1)
                 self.test_runs += 1
             tests = self._cache[key]

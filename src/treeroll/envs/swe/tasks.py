@@ -26,10 +26,12 @@ import json
 import os
 import random
 import re
+import secrets
 import shlex
 import shutil
 import stat
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -43,8 +45,10 @@ __all__ = [
     "Edit",
     "Mutation",
     "SWETask",
+    "ScoringError",
     "TaskSet",
     "builtin_tasks",
+    "channel_statuses",
     "evaluate",
     "generate_tasks",
     "is_test_file",
@@ -52,6 +56,7 @@ __all__ = [
     "parse_pytest_report",
     "project_names",
     "reset_test_files",
+    "run_scored",
     "validate_task",
 ]
 
@@ -443,12 +448,92 @@ def evaluate(sandbox: Sandbox, workspace: Workspace, task: SWETask,
             applied = sandbox.run(fresh, "git apply -", stdin=task.eval_patch)
             if applied.returncode != 0:
                 return dict.fromkeys(selected, False)
-        result = sandbox.run(fresh, task.test_command.format(tests=_test_args(selected)),
-                             timeout_s=timeout_s)
+        statuses = run_scored(sandbox, fresh, task.test_command.format(
+            tests=_test_args(selected)), timeout_s=timeout_s)
     finally:
         fresh.remove()
-    statuses = parse_pytest_report(result.output)
     return {t: statuses.get(t) == "PASSED" for t in selected}
+
+
+class ScoringError(RuntimeError):
+    """The tests could not run (no pytest, a command that never reached pytest): an error
+    in the episode's record, never a reward of 0."""
+
+
+def run_scored(sandbox: Sandbox, workspace: Workspace, command: str, *,
+               timeout_s: float) -> dict[str, str]:
+    """Run a pytest ``command`` in ``workspace`` with the scoring plugin
+    (:mod:`treeroll.envs.swe.scoring_channel`) and return test id -> ``PASSED`` /
+    ``FAILED`` / ``ERROR`` / ``SKIPPED`` from its channel: a file outside the sandbox,
+    written through a descriptor the command inherits, each line carrying a token read from a
+    second descriptor. What the tests print is never read; lines without the token, and lines
+    after the session's end, are ignored; a test passes only if every record of it passed.
+    Raises :class:`ScoringError` when the session never ended (pytest missing, the command
+    failed before it, the wall timeout)."""
+    token = secrets.token_hex(16)
+    results_dir = sandbox.root / "results"
+    results_dir.mkdir(mode=0o700, exist_ok=True)
+    handle, path = tempfile.mkstemp(dir=results_dir)
+    read_end, write_end = os.pipe()
+    os.write(write_end, token.encode())
+    os.close(write_end)
+    try:
+        result = sandbox.run(workspace, command, timeout_s=timeout_s,
+                             pass_fds=(handle, read_end),
+                             extra_env={"TREEROLL_SCORING_FDS": f"{handle},{read_end}",
+                                        "PYTHONPATH": sandbox.scoring_path,
+                                        "PYTEST_ADDOPTS": f"-p {sandbox.scoring_module}"})
+    finally:
+        os.close(handle)
+        os.close(read_end)
+    try:
+        text = Path(path).read_text(errors="replace")
+    finally:
+        os.unlink(path)
+    statuses, done = channel_statuses(text, token)
+    if not done:
+        why = ("timed out" if result.timed_out else result.error or
+               f"exit code {result.returncode}")
+        raise ScoringError(f"the tests could not run ({why}): "
+                           f"{result.output.strip()[-300:] or 'no output'}")
+    return statuses
+
+
+def channel_statuses(text: str, token: str) -> tuple[dict[str, str], bool]:
+    """Test id -> status from the scoring plugin's lines (see :func:`run_scored`), and
+    whether its session-end line came."""
+    phases: dict[str, list[tuple[str, str]]] = {}
+    broken: list[str] = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(record, dict) or record.get("token") != token:
+            continue
+        if record.get("done"):
+            break
+        nodeid, when, outcome = (str(record.get(k)) for k in ("nodeid", "when", "outcome"))
+        if when == "collect":
+            broken.append(nodeid)
+        phases.setdefault(nodeid, []).append((when, outcome))
+    else:
+        return _combine(phases, broken), False
+    return _combine(phases, broken), True
+
+
+def _combine(phases: dict[str, list[tuple[str, str]]], broken: list[str]) -> dict[str, str]:
+    statuses = {}
+    for nodeid, records in phases.items():
+        if any(nodeid.startswith(b + "::") or nodeid == b for b in broken):
+            statuses[nodeid] = "ERROR"
+        elif any(outcome == "failed" for _, outcome in records):
+            statuses[nodeid] = "FAILED" if ("call", "failed") in records else "ERROR"
+        elif ("call", "passed") in records:
+            statuses[nodeid] = "PASSED"
+        else:
+            statuses[nodeid] = "SKIPPED"
+    return statuses
 
 
 def _failure_excerpt(output: str, test: str, max_lines: int = 30) -> str:
