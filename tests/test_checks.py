@@ -102,3 +102,26 @@ def test_eval_options_are_checked_with_their_names(capsys) -> None:
     code = main(["eval", "--run", "runs/x", "--policy", "frozenlake-tiny"])
     err = " ".join(capsys.readouterr().err.split())
     assert code == 2 and "not both" in err
+
+
+def test_a_yaml_file_with_several_mistakes_names_every_one(tmp_path) -> None:
+    from treeroll.config import load_config
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("optim:\n  stepz: 3\n  lr: fast\nrollout:\n  max_turn_tokenz: 8\n"
+                   "nonsense: 1\n")
+    with pytest.raises(ValueError) as caught:
+        load_config(bad)
+    message = str(caught.value)
+    assert message.startswith("4 problems in the config")
+    for named in ("optim.stepz", "optim.lr", "rollout.max_turn_tokenz", "nonsense"):
+        assert named in message
+
+
+def test_an_empty_yaml_file_is_refused_rather_than_running_the_defaults(tmp_path) -> None:
+    from treeroll.config import load_config
+
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing but a comment\n")
+    with pytest.raises(ValueError, match="is empty"):
+        load_config(empty)

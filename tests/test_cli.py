@@ -119,8 +119,14 @@ def test_rollout_swe_with_patr_and_show(tmp_path) -> None:
     """`treeroll rollout --env swe --strategy patr` builds a tree on a generated task with the
     scripted agent and the SWE scorer; `treeroll show` renders it."""
     out = tmp_path / "swe.json"
-    _treeroll("rollout", "--env", "swe", "--strategy", "patr", "--out", str(out),
-              "--train.strategy.patr.k-turns", "2", "--task", "3")
+    ran = _treeroll("rollout", "--env", "swe", "--strategy", "patr", "--out", str(out),
+                    "--train.strategy.patr.k-turns", "2", "--task", "3")
+    from treeroll.envs.swe import Sandbox
+
+    probe = Sandbox()
+    said_mode = f"the sandbox runs in {probe.mode} mode"
+    probe.close()
+    assert said_mode in " ".join((ran.stdout + ran.stderr).split())  # which sandbox ran
     data = json.loads(out.read_text())
     assert data["meta"]["strategy"] == "patr"
     nodes = data["nodes"]

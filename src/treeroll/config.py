@@ -390,28 +390,47 @@ T = TypeVar("T")
 
 
 def _build(cls: type[T], data: Any, where: str) -> T:
-    """Make ``cls`` from a dict, recursively; unknown keys are errors naming the valid ones."""
+    """Make ``cls`` from a dict, recursively; every unknown key (naming the valid ones) and
+    every value of the wrong type is collected and reported in one error."""
+    problems: list[str] = []
+    built = _collect(cls, data, where, problems)
+    if problems:
+        raise ValueError(problems[0] if len(problems) == 1 else
+                         f"{len(problems)} problems in the config:\n  " + "\n  ".join(problems))
+    return built
+
+
+def _collect(cls: type[T], data: Any, where: str, problems: list[str]) -> T:
     if data is None:
         return cls()
     if not isinstance(data, dict):
-        raise ValueError(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
+        problems.append(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
+        return cls()
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {}
+    before = len(problems)
     for key, value in data.items():
         if key not in fields:
-            raise ValueError(f"unknown config key {where + '.' if where else ''}{key}; valid keys "
-                             f"there: {', '.join(sorted(fields))}")
+            problems.append(f"unknown config key {where + '.' if where else ''}{key}; valid "
+                            f"keys there: {', '.join(sorted(fields))}")
+            continue
         hint = hints[key]
         path = f"{where}.{key}" if where else key
         if dataclasses.is_dataclass(hint):
-            kwargs[key] = _build(hint, value, path)  # type: ignore[arg-type]
-        else:
+            kwargs[key] = _collect(hint, value, path, problems)  # type: ignore[arg-type]
+            continue
+        try:
             kwargs[key] = _check_scalar(hint, value, path)
+        except ValueError as err:
+            problems.append(str(err))
+    if len(problems) > before:
+        return cls()
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{where or 'config'}: {err}") from None
+        problems.append(f"{where or 'config'}: {err}")
+        return cls()
 
 
 def _check_scalar(hint: Any, value: Any, path: str) -> Any:
@@ -449,7 +468,10 @@ def load_config(path: str | Path | None, cls: type[T] = TrainConfig) -> T:  # ty
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
         raise ValueError(f"{path} is not valid YAML: {err}") from None
-    return _build(cls, data or {}, "")
+    if not data:
+        raise ValueError(f"config file {path} is empty: it would run every default; leave "
+                         "--config out to run the defaults, or write the settings you mean")
+    return _build(cls, data, "")
 
 
 def _merged(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
