@@ -295,9 +295,13 @@ def managed(policy: Any, **options: Any) -> ManagedLlamaCpp:
     the policy (``--backend.options slots 8 threads 2 ...``). A registry policy's own GGUF
     (``treeroll.json``'s ``gguf``) is served as it is until the first update unless
     ``gguf`` is given (``--backend.options gguf ''`` writes the float32 weights from the
-    start)."""
+    start); each slot holds the model's positions (at most 8,192) unless ``ctx_per_slot`` is
+    given."""
     source = getattr(policy, "meta", {}).get("gguf")
     options.setdefault("gguf", source if source and Path(source).is_file() else None)
+    positions = getattr(policy.model.config, "max_position_embeddings", None)
+    if positions:  # room for the longest context the model takes (at most 8,192 a slot)
+        options.setdefault("ctx_per_slot", min(int(positions), 8192))
     return ManagedLlamaCpp(policy.model, policy.tokenizer, **options)
 
 
