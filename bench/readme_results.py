@@ -277,9 +277,8 @@ intervals; one seed.
 
 (target: RL +10 points over its start with separated intervals: **{'met' if rl_gain >= 0.10 and rm["rl_separated"] else 'not met'}**, {rl_gain * 100:+.1f} points{'' if rm["rl_separated"] else ', intervals overlap'}.)
 Why the target is not met: the SFT base writes every reply in the format (well-formed
-{rm["sft_success"]["format_ok"]:.3f}) but acts little better than at random on rLLM's grids: a 135M model
-reading a grid of up to 9x9 characters as text, after {rm["sft_steps"]} steps of 4 expert episodes
-({rm["sft_minutes"]} min here). From a base at {f3(rm["rl_start_success"]["success"])} most Tree-GRPO groups have no
+{rm["sft_success"]["format_ok"]:.3f}) but its moves rarely solve rLLM's grids: a 135M model reading a grid of up to 9x9 characters as text,
+after only {rm["sft_steps"]} steps of 4 expert episodes ({rm["sft_minutes"]} min here). From a base at {f3(rm["rl_start_success"]["success"])} most Tree-GRPO groups have no
 success among their leaves and so no signal, and {rm["rl_steps"]} steps of 4 tasks are what {rm["rl_minutes"]} min
 buy on two cores (the update runs forward and backward over every observation token of a
 tree, at ~{rm["update_tokens_per_s"]:.0f} tokens/s). What would change it: a much longer SFT (the tiny
