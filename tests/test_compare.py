@@ -258,3 +258,10 @@ def test_jobs_below_one_are_refused_naming_the_option(tmp_path) -> None:
     with pytest.raises(ValueError, match=r"--jobs.*0.*>= 1"):
         run_compare(_tiny_compare(tmp_path / "r", jobs=0))
     assert not (tmp_path / "r").exists()
+
+
+def test_a_one_seed_report_claims_no_interval(tmp_path) -> None:
+    config = CompareConfig(report_dir=str(tmp_path), strategies=("chain",), seeds=(0,))
+    _write_report(config, {"chain": [_run(0.4)]})
+    text = (tmp_path / "report.md").read_text()
+    assert "| chain | 0.400 | n/a (one seed) |" in text

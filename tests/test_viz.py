@@ -268,3 +268,37 @@ def test_plot_metrics_held_out_only_log(tmp_path: Path) -> None:
     figure = metrics_figure(log)
     assert [ax.get_title() for ax in figure.axes if ax.get_visible()] == ["success_rate", "loss"]
     assert [t.get_text() for t in figure.axes[0].texts] == ["n=32", "n=32"]
+
+
+def test_a_compare_plot_keeps_a_success_rate_inside_0_and_1() -> None:
+    from treeroll.viz import compare_figure
+
+    banded = compare_figure({"chain": [(0.0, 0.9, 0.7, 1.2), (10.0, 0.95, 0.8, 1.3)]})
+    ax = banded.axes[0]
+    low, high = ax.get_ylim()
+    assert low > -0.05 and high < 1.05  # the t-band above 1 is clipped, and the axis too
+    band = ax.collections[0].get_paths()[0].vertices
+    assert band[:, 1].max() <= 1.0
+    assert ax.get_legend().get_title().get_text() == "strategy (band: 95% CI)"
+
+
+def test_a_compare_plot_of_one_seed_names_no_band() -> None:
+    from treeroll.viz import compare_figure
+
+    one_seed = compare_figure({"chain": [(0.0, 0.5, 0.5, 0.5), (10.0, 0.6, 0.6, 0.6)]})
+    title = one_seed.axes[0].get_legend().get_title().get_text()
+    assert "no interval" in title and "band" not in title
+
+
+def test_metrics_success_panel_stays_in_0_1_with_whole_steps(tmp_path: Path) -> None:
+    from treeroll.viz import metrics_figure
+
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(json.dumps({"step": s, "success_rate": v}) + "\n"
+                           for s, v in ((1, 0.2), (2, 0.5), (3, 0.4))))
+    fig = metrics_figure(log)
+    ax = next(a for a in fig.axes if a.get_title().startswith("success_rate"))
+    low, high = ax.get_ylim()
+    assert low > -0.05 and high < 1.05 and high > 0.99
+    ticks = [t for t in ax.get_xticks() if 1 <= t <= 3]
+    assert ticks and all(float(t).is_integer() for t in ticks)

@@ -353,7 +353,8 @@ def _write_report(config: CompareConfig, results: dict[str, list[dict[str, Any]]
                              "runs": runs}
         per_seed = " / ".join(f"{r['final_success']:.3f}" for r in runs)
         shown = "n/a" if row["signal_groups"] is None else f"{row['signal_groups']:.2f}"
-        lines.append(f"| {strategy} | {mean:.3f} | [{low:.3f}, {high:.3f}] | {per_seed} | "
+        interval = f"[{low:.3f}, {high:.3f}]" if len(runs) > 1 else "n/a (one seed)"
+        lines.append(f"| {strategy} | {mean:.3f} | {interval} | {per_seed} | "
                      f"{start:.3f} | "
                      f"{row['generated_tokens']:.0f} | {row['leaves_per_1k_tokens']:.2f} | "
                      f"{shown} | "

@@ -24,11 +24,13 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
 from treeroll.tree import Node, NodeStatus, RolloutTree, TokenCounts, load_tree, token_counts
 
 __all__ = [
     "DEFAULT_METRIC_KEYS",
+    "compare_figure",
     "metrics_figure",
     "plot_compare",
     "plot_metrics",
@@ -647,12 +649,15 @@ def metrics_figure(metrics_jsonl_path: str | Path, keys: Sequence[str] = DEFAULT
         ax = axes[index // columns][index % columns]
         if key == "success_rate":
             _draw_success(ax, series, held_out)
+            ax.set_ylim(-0.03, 1.03)  # a rate: never an axis past 1
         else:
             ax.plot([p[0] for p in series], [p[1] for p in series],
                     marker="." if len(series) < 60 else "", linewidth=1.4, color="#0072b2")
         same = f" (= {', '.join(aliases[key])})" if aliases[key] else ""
         ax.set_title(f"{key}{same}", fontsize=10)
         ax.set_xlabel(x.replace("_", " "))
+        if x == "step":  # steps are whole numbers: no ticks at half steps
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     for index in range(len(panels), rows * columns):
         axes[index // columns][index % columns].set_visible(False)
@@ -689,26 +694,40 @@ def plot_compare(results: Mapping[str, Sequence[tuple[float, float, float, float
                  out_png: str | Path, xlabel: str = "generated tokens",
                  ylabel: str = "held-out success") -> Path:
     """One line per strategy of ``(x, mean, lo, hi)`` points with a shaded 95% band; return
-    the PNG path. Points are sorted by x; a strategy with no points is left out."""
+    the PNG path (:func:`compare_figure` draws it)."""
     out = Path(out_png)
     out.parent.mkdir(parents=True, exist_ok=True)
+    compare_figure(results, xlabel, ylabel).savefig(out, format="png", dpi=110)
+    return out
+
+
+def compare_figure(results: Mapping[str, Sequence[tuple[float, float, float, float]]],
+                   xlabel: str = "generated tokens", ylabel: str = "held-out success"
+                   ) -> Figure:
+    """:func:`plot_compare`'s figure. Points are sorted by x; a strategy with no points is
+    left out. A success rate's bands are clipped to [0, 1] and so is its axis; where no point
+    has an interval (one seed) the legend says so instead of naming a band."""
     drawn = {name: sorted(points) for name, points in results.items() if points}
     if not drawn:
-        _empty_figure("no results to compare").savefig(out, format="png")
-        return out
+        return _empty_figure("no results to compare")
     fig = Figure(figsize=(7.0, 4.5), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
+    rate = "success" in ylabel  # a rate: bands and axis inside [0, 1]
+    banded = any(p[2] != p[3] for points in drawn.values() for p in points)
     for index, (name, points) in enumerate(drawn.items()):
         colour = _STRATEGY_COLOURS[index % len(_STRATEGY_COLOURS)]
         xs = [p[0] for p in points]
-        ax.fill_between(xs, [p[2] for p in points], [p[3] for p in points], color=colour,
-                        alpha=0.18, linewidth=0)
+        low = [max(p[2], 0.0) if rate else p[2] for p in points]
+        high = [min(p[3], 1.0) if rate else p[3] for p in points]
+        ax.fill_between(xs, low, high, color=colour, alpha=0.18, linewidth=0)
         ax.plot(xs, [p[1] for p in points], marker="o", markersize=3.5, color=colour,
                 linewidth=1.6, label=name)
+    if rate:
+        ax.set_ylim(-0.03, 1.03)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    ax.legend(title="strategy (band: 95% CI)", fontsize=9, title_fontsize=9)
-    fig.savefig(out, format="png", dpi=110)
-    return out
+    ax.legend(title="strategy (band: 95% CI)" if banded else "strategy (one seed: no "
+              "interval)", fontsize=9, title_fontsize=9)
+    return fig
