@@ -75,14 +75,16 @@ def main() -> None:
     for strategy, row in results.items():
         out[strategy] = {
             "final": round(row["final_success"], 4),
-            "ci95": [round(x, 4) for x in row["ci95"]], "start": round(row["start"], 4),
+            "ci95": None if row["ci95"] is None else [round(x, 4) for x in row["ci95"]],
+            "start": round(row["start"], 4),
             "generated_tokens": round(row["generated_tokens"]),
             "tokens_to_chain_final": None if chain_final is None
             else tokens_to_reach(row["runs"], chain_final)}
     if "patr" in results and "chain" in results:
         patr, chain = results["patr"], results["chain"]
         out["patr_minus_chain"] = round(patr["final_success"] - chain["final_success"], 4)
-        out["patr_separated_from_chain"] = patr["ci95"][0] > chain["ci95"][1]
+        out["patr_separated_from_chain"] = (None if patr["ci95"] is None or chain["ci95"] is None
+                                            else patr["ci95"][0] > chain["ci95"][1])
         mine, theirs = out["patr"]["tokens_to_chain_final"], out["chain"]["tokens_to_chain_final"]
         out["patr_tokens_over_chain"] = (round(mine / theirs, 3) if mine is not None and theirs
                                          else None)

@@ -125,3 +125,10 @@ def test_an_empty_yaml_file_is_refused_rather_than_running_the_defaults(tmp_path
     empty.write_text("# nothing but a comment\n")
     with pytest.raises(ValueError, match="is empty"):
         load_config(empty)
+
+
+def test_check_duration_refuses_only_a_run_longer_than_a_year() -> None:
+    from treeroll.checks import YEAR_SECONDS, ConfigError, check_duration
+    check_duration("--optim.steps", 1000, 999, YEAR_SECONDS / 1000)  # 0.999 years: accepted
+    with pytest.raises(ConfigError, match=r"--optim.steps 2,000 is absurd.*at most 1,000 steps"):
+        check_duration("--optim.steps", 2000, 1999, YEAR_SECONDS / 1000)

@@ -265,3 +265,4 @@ def test_a_one_seed_report_claims_no_interval(tmp_path) -> None:
     _write_report(config, {"chain": [_run(0.4)]})
     text = (tmp_path / "report.md").read_text()
     assert "| chain | 0.400 | n/a (one seed) |" in text
+    assert json.loads((tmp_path / "results.json").read_text())["chain"]["ci95"] is None

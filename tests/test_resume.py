@@ -200,3 +200,21 @@ def test_a_damaged_checkpoint_is_named_in_a_clear_error_not_an_unpickling_traceb
     assert resumed.returncode == 2, resumed.stderr
     assert f"checkpoint {checkpoint} cannot be read" in resumed.stderr
     assert "Traceback" not in resumed.stderr
+
+
+def test_a_step_count_that_would_take_more_than_a_year_stops_after_step_one_and_resumes(
+        tmp_path) -> None:
+    runs = tmp_path / "runs"
+    absurd = _command(runs, "typo")
+    absurd[absurd.index("--optim.steps") + 1] = "1000000000000"
+    result = subprocess.run(absurd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 2
+    message = " ".join((result.stdout + result.stderr).split())
+    assert "--optim.steps 1,000,000,000,000 is absurd" in message
+    assert "more than one" in message and "steps fit in a year" in message
+    run = runs / "typo"
+    assert [r["step"] for r in _records(run) if "loss" in r] == [1]  # step one is kept
+    fixed = _command(runs, "typo", "--resume")
+    fixed[fixed.index("--optim.steps") + 1] = "2"
+    subprocess.run(fixed, cwd=ROOT, check=True, capture_output=True, timeout=600)
+    assert [r["step"] for r in _records(run) if "loss" in r] == [1, 2]

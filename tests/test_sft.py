@@ -381,3 +381,17 @@ def test_the_shipped_recipe_does_not_export_into_the_package_unless_asked() -> N
 
     recipe = load_config("configs/sft_frozenlake.yaml", SFTConfig)
     assert recipe.export is None  # only an explicit --export replaces the shipped base
+
+
+def test_an_sft_step_count_beyond_a_year_stops_after_step_one_with_it_checkpointed(
+        tmp_path: Path) -> None:
+    from treeroll.checks import ConfigError
+
+    config = _tiny_config(tmp_path, optim=SFTOptimConfig(steps=10**12, lr=3e-3,
+                                                         warmup_steps=0, schedule="constant",
+                                                         micro_batch_tokens=256))
+    with pytest.raises(ConfigError, match=r"--optim.steps 1,000,000,000,000 is absurd"):
+        run_sft(config)
+    saved = torch.load(tmp_path / "runs" / "sft" / "checkpoints" / "last.pt",
+                       weights_only=False)
+    assert saved["step"] == 1

@@ -217,3 +217,18 @@ def test_make_swe_env_rejects_unknown_settings(tasks):
         make_swe_env("mini", tasks, step_limt=3)
     with pytest.raises(ValueError, match="convention"):
         make_swe_env("cursor", tasks)
+
+
+def test_building_the_environment_says_once_which_sandbox_mode_runs(capsys) -> None:
+    """Every command that builds the SWE environment (train, eval, rollout) says which sandbox
+    mode runs, once per process."""
+    from treeroll.envs.swe import env as swe_env
+
+    swe_env._announce_mode.cache_clear()
+    first, second = make_swe_env(), make_swe_env()
+    said = capsys.readouterr().err
+    mode = first.sandbox.mode
+    assert said.count("the SWE sandbox runs in") == 1
+    assert f"the SWE sandbox runs in {mode} mode" in said
+    for env in (first, second):
+        env.close()

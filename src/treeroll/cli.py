@@ -373,17 +373,8 @@ def cmd_rollout(args: list[str]) -> int:
         raise FileExistsError(f"--out {out} exists (a tree of an earlier rollout); pass another "
                               "--out, or --force to replace it and the pictures beside it")
     _check_writable(out, "--out")
-    if config.env.name == "swe":
-        from treeroll.envs.swe import Sandbox
-
-        probe = Sandbox()
-        mode = probe.mode
-        probe.close()
-        console.print(f"--env swe: the sandbox runs in {mode} mode ("
-                      + ("a closed root: nothing of the host is readable or writable)"
-                         if mode == "overlay" else "uncontained: commands read and write "
-                         "this user's files)")
-                      + ("; the scripted SWE agent acts (no policy)" if run is None else ""))
+    if config.env.name == "swe" and run is None:  # the environment names its sandbox mode
+        console.print("--env swe: the scripted SWE agent acts (no policy)")
     tree = build_one_tree(config, task_seed=command.task,
                           run_dir=Path(command.run) if command.run else None)
     for stale in renders if command.force else []:

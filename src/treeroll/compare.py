@@ -349,7 +349,9 @@ def _write_report(config: CompareConfig, results: dict[str, list[dict[str, Any]]
                                            "wall_seconds")}
         signal = [r["signal_groups"] for r in runs if r.get("signal_groups") is not None]
         row["signal_groups"] = float(np.mean(signal)) if signal else None
-        summary[strategy] = {"final_success": mean, "ci95": [low, high], "start": start, **row,
+        interval_bounds = [low, high] if len(runs) > 1 else None  # one seed: no interval
+        summary[strategy] = {"final_success": mean, "ci95": interval_bounds, "start": start,
+                             **row,
                              "runs": runs}
         per_seed = " / ".join(f"{r['final_success']:.3f}" for r in runs)
         shown = "n/a" if row["signal_groups"] is None else f"{row['signal_groups']:.2f}"

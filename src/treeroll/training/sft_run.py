@@ -22,6 +22,7 @@ import torch
 
 from treeroll.backends.hf import HFBackend
 from treeroll.base import Env, ExpertEnv
+from treeroll.checks import ConfigError, check_duration
 from treeroll.config import PolicyConfig, check_config, config_to_dict
 from treeroll.formatting import TurnFormat
 from treeroll.plugins import make_env_factory
@@ -244,7 +245,7 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
     try:
         _loop(config, folder, model, optimizer, batches, state, summary, held_out_eval,
               checkpoint, policy.tokenizer.pad_token_id or 0, reporter)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, ConfigError):  # Ctrl-C; a step count found absurd at step 1
         checkpoint()  # state.step counts only the steps whose update was applied
         raise
     checkpoint()
@@ -267,9 +268,14 @@ def _loop(config: SFTConfig, folder: RunFolder, model: Any, optimizer: Any,
     phase = f"sft on {config.data.source} data"
     reporter.phase(phase, config.optim.steps)
     reporter.advance(state.step, {})
+    first = True
     for record in sft_steps(model, optimizer, batches, config.optim, state,
                             pad_token_id=pad_token_id):
         step = int(record["step"])
+        if first:  # the first moment a step's cost is known
+            check_duration("--optim.steps", config.optim.steps, config.optim.steps - step,
+                           record["seconds"])
+            first = False
         for key in ("seconds", "trained_tokens", "examples"):
             total = "train_seconds" if key == "seconds" else key
             summary[total] = summary.get(total, 0) + record[key]

@@ -24,6 +24,7 @@ import torch
 
 from treeroll.advantages import token_credit, weighted
 from treeroll.base import BatchAdvantageEstimator
+from treeroll.checks import check_duration
 from treeroll.config import TrainConfig, check_config, config_to_dict
 from treeroll.plugins import (
     make_allocator,
@@ -246,8 +247,13 @@ class _Run:
         self.reporter.phase(f"training with {name}", config.optim.steps)
         try:
             with self.scalars:
-                for step in range(self.done + 1, config.optim.steps + 1):
+                first = self.done + 1
+                for step in range(first, config.optim.steps + 1):
+                    tick = time.perf_counter()
                     self._step(step)
+                    if step == first:  # the first moment a step's cost is known
+                        check_duration("--optim.steps", config.optim.steps,
+                                       config.optim.steps - step, time.perf_counter() - tick)
                     if step % config.checkpoint_every == 0:
                         self.save()
                 self.save()
@@ -327,7 +333,8 @@ class _Run:
                 record["eval"] = self._evaluate(config.eval.tasks_during)
             append_jsonl(self.folder.metrics, record)
             self.scalars.record(step, record)
-        if config.save_trees_every and step % config.save_trees_every == 0:
+        if config.save_trees_every and (step % config.save_trees_every == 0
+                                        or step == config.optim.steps):  # the last one too
             save_tree(batch.trees[0], run_dir / "trees" / f"step_{step:05d}.json")
         self.reporter.advance(step, {"success": record["success_rate"],
                                      "reward": record["reward_mean"],

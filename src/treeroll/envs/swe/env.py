@@ -24,6 +24,7 @@ import random
 import re
 import shlex
 import subprocess
+import sys
 import warnings
 import weakref
 from dataclasses import dataclass, field, fields
@@ -363,6 +364,7 @@ class SWEEnv:
                               isolation=self.config.isolation, tools=self.config.tools)
         self.sandbox = sandbox
         check_can_score()
+        _announce_mode(sandbox.mode)
         if sandbox.mode == "copy":
             if not self.config.allow_host_access:
                 raise RuntimeError(
@@ -598,6 +600,16 @@ class SWEEnv:
         head = "\n".join(f"<warning>{note}</warning>" for note in notes)
         return (head + "\n" if head else "") + \
             f"<returncode>{result.returncode}</returncode>\n{body}"
+
+
+@functools.cache
+def _announce_mode(mode: str) -> None:
+    """Say once per process which sandbox mode runs (every command that builds the
+    environment, ``train``, ``eval`` and ``rollout`` alike, prints it on stderr)."""
+    what = ("a closed root: nothing of the host is readable or writable, limits per command"
+            if mode == "overlay" else
+            "uncontained: commands read and write this user's files outside the task")
+    print(f"treeroll: the SWE sandbox runs in {mode} mode ({what})", file=sys.stderr)
 
 
 @functools.cache
