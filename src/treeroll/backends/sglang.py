@@ -16,14 +16,18 @@ Written against SGLang 0.5.23; the facts it relies on:
   ``meta_info.finish_reason.type`` is ``stop`` or ``length``;
 - SGLang honours ``sampling_seed`` only when the server runs with
   ``--enable-deterministic-inference`` (``sampling/sampling_batch_info.py``), which
-  ``/get_server_info`` reports; that mode forces the pytorch sampler and, on some attention
-  backends, disables the radix cache. treeroll checks it before the first seeded request and
-  refuses seeds the server would ignore (``seeded=False`` sends none and promises no
-  reproducibility);
-- the returned logprobs are after temperature (unless the server runs with
+  ``/server_info`` reports (the flat ``enable_deterministic_inference`` of the resolved server
+  arguments; ``/get_server_info``, deprecated in 0.5.23, answers the same and is asked when
+  ``/server_info`` is missing); that mode forces the pytorch sampler and, on some attention
+  backends, disables the radix cache (``cached_tokens`` then stays 0). treeroll checks it
+  before the first seeded request and refuses seeds the server would ignore (``seeded=False``
+  sends none and promises no reproducibility);
+- ``meta_info.output_token_logprobs`` are after temperature (unless the server runs with
   ``SGLANG_RETURN_ORIGINAL_LOGPROB=1``: do not set it for RL) but **before top-p, top-k and
-  min-p** (``layers/sampler.py``): not the distribution sampled from when ``top_p < 1``, so
-  treeroll refuses ``top_p < 1`` here;
+  min-p** (``layers/sampler.py``): the distribution sampled from only when ``top_p = 1``. For
+  ``top_p < 1`` treeroll asks ``return_sampling_mask`` and reads
+  ``meta_info.output_token_sampling_logprobs``, the sampled token's logprob under the
+  truncated distribution (SGLang 0.5.23; a server that does not return it is an error);
 - weights: ``/update_weights_from_disk`` with a folder in transformers format, then
   ``/flush_cache``, which empties the radix cache.
 """
@@ -40,6 +44,12 @@ from treeroll.backends.weights import take_weights
 from treeroll.base import Completion, GenerationRequest, SamplingParams
 
 __all__ = ["SGLangBackend"]
+
+
+def _truncated(params: SamplingParams) -> bool:
+    """Whether the sampling distribution is truncated (top-p below 1 at a positive
+    temperature), so that SGLang's ``output_token_logprobs`` are not its logprobs."""
+    return params.top_p < 1 and params.temperature > 0
 
 
 def _pairs(entries: Sequence[Any]) -> list[tuple[int, float]]:
@@ -93,10 +103,13 @@ class SGLangBackend:
             if r.seed is not None and self.seeded:
                 one["sampling_seed"] = r.seed % 2**63
             sampling.append(one)
-        return {"input_ids": [list(r.prompt_ids) for r in requests],
+        body = {"input_ids": [list(r.prompt_ids) for r in requests],
                 "sampling_params": sampling, "return_logprob": True,
                 "top_logprobs_num": params.top_logprobs, "logprob_start_len": -1,
                 "stream": False}
+        if _truncated(params):  # the sampled tokens' logprobs under the truncated distribution
+            body["return_sampling_mask"] = True
+        return body
 
     def completion(self, answer: dict[str, Any], request: GenerationRequest,
                    params: SamplingParams) -> Completion:
@@ -107,6 +120,15 @@ class SGLangBackend:
         if [i for i, _ in sampled] != tokens:
             raise ServerError(f"{self.url}/generate: output_token_logprobs do not match "
                               f"output_ids ({len(sampled)} entries for {len(tokens)} ids)")
+        logprobs = [lp for _, lp in sampled]
+        if _truncated(params):
+            behaviour = meta.get("output_token_sampling_logprobs")
+            if not isinstance(behaviour, list) or len(behaviour) != len(tokens):
+                raise ServerError(f"{self.url}/generate returned no output_token_sampling_"
+                                  f"logprobs for top_p {params.top_p} (SGLang 0.5.23 does with "
+                                  "return_sampling_mask): its output_token_logprobs are taken "
+                                  "before top-p; use top_p = 1 with this server")
+            logprobs = [float(lp) for lp in behaviour]
         finish = (meta.get("finish_reason") or {}).get("type")
         if finish not in ("stop", "length"):
             raise ServerError(f"{self.url}/generate finished a request with {finish!r}")
@@ -116,11 +138,12 @@ class SGLangBackend:
         self.stats["cached"] += cached
         self.stats["generated"] += len(tokens)
         self.stats["requests"] += 1
-        tops = [_pairs(step) for step in meta.get("output_top_logprobs") or ()] \
+        tops = [[] if step is None else _pairs(step)  # None: SGLang had none there
+                for step in meta.get("output_top_logprobs") or ()] \
             if params.top_logprobs else None
         return Completion(token_ids=tokens,
                           logprobs=[0.0 if params.temperature == 0 else lp
-                                    for _, lp in sampled],
+                                    for lp in logprobs],
                           finish_reason=finish, prefill_tokens=prefill, cached_tokens=cached,
                           top_logprobs=tops)
 
@@ -142,23 +165,32 @@ class SGLangBackend:
         return [self.completion(a, r, params) for a, r in zip(answers, requests, strict=True)]
 
     def _check(self, requests: Sequence[GenerationRequest], params: SamplingParams) -> None:
-        """Refuse what SGLang would silently do otherwise: logprobs not of the distribution
-        sampled from (``top_p < 1``), seeds a server that is not deterministic ignores."""
-        if params.top_p < 1 and params.temperature > 0:
-            raise ValueError(f"top_p {params.top_p}: SGLang's logprobs are taken before top-p, "
-                             "so they would not be those of the tokens' sampling "
-                             "distribution; use top_p = 1 with the SGLang backend")
+        """Refuse what SGLang would silently do otherwise: seeds a server that is not
+        deterministic ignores, requests its sampling parameters refuse."""
+        for r in requests:  # (a negative temperature never gets here: SamplingParams)
+            if r.max_new_tokens is not None and r.max_new_tokens < 0:
+                raise ValueError(f"max_new_tokens {r.max_new_tokens}: SGLang needs >= 0")
         if self.seeded and any(r.seed is not None for r in requests):
             if self._deterministic is None:
-                info = get_json(self.url + "/get_server_info", timeout=self.timeout)
-                self._deterministic = bool(isinstance(info, dict) and
-                                           info.get("enable_deterministic_inference"))
+                self._deterministic = bool(self.server_info().get(
+                    "enable_deterministic_inference"))
             if not self._deterministic:
                 raise ValueError(f"{self.url} ignores sampling_seed: SGLang honours seeds only "
                                  "with --enable-deterministic-inference (which forces the "
                                  "pytorch sampler and may disable the radix cache); start the "
                                  "server with it, or make the backend with seeded=False "
                                  "(samples are then not reproducible)")
+
+    def server_info(self) -> dict[str, Any]:
+        """The server's resolved arguments: ``/server_info``, or the deprecated
+        ``/get_server_info`` where the first is missing (an older SGLang)."""
+        try:
+            info = get_json(self.url + "/server_info", timeout=self.timeout)
+        except ServerError as err:
+            if "HTTP 404" not in str(err):
+                raise
+            info = get_json(self.url + "/get_server_info", timeout=self.timeout)
+        return info if isinstance(info, dict) else {}
 
     def reset_cache(self) -> None:
         """Empty the server's radix cache (``/flush_cache``, which answers in prose and with

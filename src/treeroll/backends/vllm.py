@@ -18,8 +18,8 @@ relies on:
   always computes at least a prompt's last token, so ``cached < len(prompt)``);
 - ``SamplingParams(seed=...)`` seeds one request's sampler; ``logprobs=k`` returns the
   sampled token's logprob and the ``k`` most probable. vLLM refuses a temperature above 2,
-  ``max_tokens`` below 1 and more logprobs than ``max_logprobs`` (20 by default): treeroll
-  checks the same limits before a call;
+  ``max_tokens`` below 1 and more logprobs than ``max_logprobs`` (20 by default, ``-1`` for
+  the whole vocabulary): treeroll checks the same limits before a call;
 - weights go in through ``LLM.apply_model`` (each worker's model gets
   ``load_weights(iterable of (name, tensor))``, the transformers names), then
   ``reset_prefix_cache()``. ``apply_model`` sends the function to the engine through
@@ -67,6 +67,15 @@ def _model_config(llm: Any) -> Any:
     return found if found is not None else getattr(engine, "model_config", None)
 
 
+def _max_logprobs(model_config: Any) -> int | None:
+    """How many top logprobs this ``LLM`` returns at most: ``max_logprobs`` (vLLM's default
+    20 when unset; ``-1`` means the whole vocabulary, returned as None: no limit here)."""
+    found = getattr(model_config, "max_logprobs", None)
+    if found is None:
+        return DEFAULT_MAX_LOGPROBS
+    return None if int(found) == -1 else int(found)
+
+
 def _vllm_sampling_params() -> Callable[..., Any]:
     from vllm import SamplingParams as VSamplingParams
 
@@ -101,8 +110,7 @@ class VLLMBackend:
                              "distribution it samples from: build it with "
                              "logprobs_mode='processed_logprobs' (treeroll.backends.vllm."
                              "make_llm does)")
-        self.max_logprobs = int(getattr(model_config, "max_logprobs", None)
-                                or DEFAULT_MAX_LOGPROBS)
+        self.max_logprobs = _max_logprobs(model_config)
         if updatable and os.environ.get(IN_PROCESS, "1") != "0":
             raise ValueError(f"vLLM's engine runs in another process ({IN_PROCESS} is not 0), "
                              "where LLM.apply_model cannot take treeroll's weight updates "
@@ -138,7 +146,7 @@ class VLLMBackend:
                              f"{MAX_TEMPERATURE:g}")
         if cap < 1:
             raise ValueError(f"a request may generate {cap} tokens; vLLM needs max_tokens >= 1")
-        if params.top_logprobs > self.max_logprobs:
+        if self.max_logprobs is not None and params.top_logprobs > self.max_logprobs:
             raise ValueError(f"{params.top_logprobs} top logprobs asked; this vLLM returns at "
                              f"most max_logprobs = {self.max_logprobs}")
 
