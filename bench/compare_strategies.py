@@ -17,7 +17,12 @@ its 95% t-interval, the mean start, the mean generated tokens and the tokens at 
 mean held-out curve first reaches chain's final success (``tokens_to_chain_final``, null if
 never); then ``patr_minus_chain``, ``patr_separated_from_chain`` (PATR's interval entirely
 above chain's) and ``patr_tokens_over_chain`` (PATR's tokens to reach chain's final over
-chain's own).
+chain's own). With ``targets`` in the config (``configs/compare_hard.yaml``), each strategy
+also carries ``seeds`` and ``tokens_to_target``: per target, the mean tokens over seeds with a
+bootstrap 95% interval and the ratio to chain's (``treeroll.efficiency``).
+
+    python bench/compare_strategies.py --config configs/compare_hard.yaml \
+        --copy-to docs/compare_hard
 """
 
 from __future__ import annotations
@@ -78,6 +83,8 @@ def main() -> None:
             "ci95": None if row["ci95"] is None else [round(x, 4) for x in row["ci95"]],
             "start": round(row["start"], 4),
             "generated_tokens": round(row["generated_tokens"]),
+            "seeds": len(row["runs"]), "signal_groups": row["signal_groups"],
+            "tokens_to_target": row.get("tokens_to_target"),
             "tokens_to_chain_final": None if chain_final is None
             else tokens_to_reach(row["runs"], chain_final)}
     if "patr" in results and "chain" in results:

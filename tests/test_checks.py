@@ -61,6 +61,20 @@ def test_the_defaults_and_the_shipped_configs_are_valid() -> None:
     check_config(load_config("configs/sft_frozenlake.yaml", SFTConfig))
 
 
+@pytest.mark.parametrize("name", ["compare_frozenlake", "compare_family", "compare_hard",
+                                  "compare_budget", "allocation"])
+def test_the_shipped_compare_configs_are_valid_for_every_run(name: str) -> None:
+    from treeroll.compare import CompareConfig, _run_config, seeds_of
+    from treeroll.config import load_config
+
+    config = load_config(f"configs/{name}.yaml", CompareConfig)
+    runs = [_run_config(config, arm, seed) for arm in config.strategies
+            for seed in seeds_of(config, arm)]
+    for run in runs:
+        check_config(run)
+    assert all(run.eval.tasks_during == run.eval.tasks for run in runs)  # one task set
+
+
 def test_sft_inputs_are_checked_with_their_names(tmp_path, capsys) -> None:
     code = main(["sft", "--runs-dir", str(tmp_path), "--name", "bad", "--data.skill", "1.5",
                  "--data.source", "jsonl"])

@@ -207,3 +207,36 @@ def test_the_trl_example_script_trains_as_documented(tmp_path):
                           env={**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert "'step': 2" in done.stdout.splitlines()[-1]
+
+
+@pytest.mark.parametrize(("group_size", "chains"), [(4, 1), (8, 1), (8, 2)])
+def test_early_forks_grow_exactly_g_leaves_sharing_early_turns_and_throw_nothing_away(
+        policy, group_size, chains):
+    from treeroll.adapters.groups import EarlyForks
+
+    shape = EarlyForks(group_size=group_size, chains=chains, within=3)
+    groups = TreeGroups(settings("chain"), policy.turn_format(), group_size=group_size,
+                        shape=shape)
+    for group in groups.grow([3, 11, 27, 40], policy.model, policy.tokenizer, seed=5):
+        tree = group.tree
+        assert len(leaves(tree)) == group_size == len(group.leaves)  # nothing cut
+        first_turns = tree.root.children
+        spines = first_turns[:chains]
+        if len(first_turns) > chains:  # forks from the root: a chain ended at its turn 1
+            assert any(s.ended and not s.children for s in spines)
+        forks = [node for node in tree.nodes[1:] if len(node.children) > 1]
+        levels = (group_size // chains - 1).bit_length()  # halvings: 2 for 4 leaves, 3 for 8
+        assert all(node.depth <= 3 * levels for node in forks)  # each within 3 turns
+        generated = sum(len(n.action_ids) for n in tree.nodes)
+        rows = sum(len(n.action_ids) for leaf in group.leaves for n in path_to(leaf)[1:])
+        assert generated <= rows  # shared turns are generated once
+
+
+def test_early_forks_must_match_the_group_and_divide_it(policy):
+    from treeroll.adapters.groups import EarlyForks
+
+    with pytest.raises(ValueError, match="chains >= 1 dividing group_size"):
+        EarlyForks(group_size=6, chains=4)
+    with pytest.raises(ValueError, match=r"EarlyForks\(group_size=4\) for groups of 8"):
+        TreeGroups(settings("chain"), policy.turn_format(), group_size=8,
+                   shape=EarlyForks(group_size=4))

@@ -33,6 +33,7 @@ import yaml
 
 from treeroll.checks import checked, validate
 from treeroll.config import TrainConfig, check_config, config_to_dict
+from treeroll.efficiency import target_section
 from treeroll.training.evaluation import Reporter
 from treeroll.training.runfolder import config_differences, finished_steps
 from treeroll.training.trainer import train
@@ -52,6 +53,15 @@ class CompareConfig:
     how much each task gets, chains how; `base.allocator` holds its settings)."""
     seeds: tuple[int, ...] = (0, 1, 2)
     """Training seeds; each strategy runs once per seed."""
+    more_seeds: tuple[int, ...] = ()
+    """Further seeds for the strategies of ``more_seeds_for`` only (8 seeds for the main
+    strategies, 3 for the rest, say)."""
+    more_seeds_for: tuple[str, ...] = ()
+    """The strategies (as in ``strategies``) that also run ``more_seeds``."""
+    targets: tuple[float, ...] = ()
+    """Held-out success levels: the report gives the generated tokens each strategy needed to
+    reach each (interpolated between evaluations, mean over seeds, bootstrap 95% interval)
+    and its ratio to chain's."""
     token_budget: int = checked(600, ge=1)
     """Generated tokens per task per step, for every strategy (rollout.max_generated_tokens)."""
     patr_scorer: str = "frozenlake_progress"
@@ -128,7 +138,14 @@ def _run_config(config: CompareConfig, arm: str, seed: int) -> TrainConfig:
         strategy=replace(base.strategy, name=strategy), scorer=scorer,
         allocator=replace(base.allocator, name=allocator) if "+" in arm else base.allocator,
         rollout=replace(base.rollout, max_generated_tokens=config.token_budget),
-        env=replace(base.env, task_seed=seed))
+        env=replace(base.env, task_seed=seed),
+        # every point of a curve on the same held-out tasks as its start and its end
+        eval=replace(base.eval, tasks_during=base.eval.tasks))
+
+
+def seeds_of(config: CompareConfig, arm: str) -> tuple[int, ...]:
+    """The seeds ``arm`` runs: ``seeds``, then ``more_seeds`` if it is in ``more_seeds_for``."""
+    return config.seeds + (config.more_seeds if arm in config.more_seeds_for else ())
 
 
 REUSABLE_DIFFERENCES = ("resume", "extend", "force", "threads", "runs_dir", "checkpoint_every",
@@ -186,15 +203,24 @@ def run_compare(config: CompareConfig, reporter: Reporter | None = None) -> str:
     the report's path."""
     problems = [("--strategies", "is empty; name at least one")] if not config.strategies else []
     problems += [("--seeds", "is empty; give at least one")] if not config.seeds else []
-    negative = [seed for seed in config.seeds if seed < 0]
-    problems += [("--seeds", f"holds {negative}; seeds must be >= 0")] if negative else []
+    for option, seeds in (("--seeds", config.seeds), ("--more-seeds", config.more_seeds)):
+        negative = [seed for seed in seeds if seed < 0]
+        problems += [(option, f"holds {negative}; seeds must be >= 0")] if negative else []
+    overlap = sorted(set(config.seeds) & set(config.more_seeds))
+    problems += [("--more-seeds", f"repeats {overlap} of --seeds")] if overlap else []
+    unknown = [arm for arm in config.more_seeds_for if arm not in config.strategies]
+    problems += [("--more-seeds-for", f"names {unknown}, not in --strategies "
+                                      f"{list(config.strategies)}")] if unknown else []
+    outside = [t for t in config.targets if not 0.0 < t <= 1.0]
+    problems += [("--targets", f"holds {outside}; a held-out success lies in (0, 1]")] \
+        if outside else []
     bad_arms = [arm for arm in config.strategies if arm.count("+") > 1 or arm.startswith("+")
                 or arm.endswith("+")]
     if bad_arms:
         problems.append(("--strategies", f"holds {bad_arms}; write STRATEGY or "
                                          "STRATEGY+ALLOCATOR (e.g. chain+vigor)"))
     validate(config, extra=problems)
-    arms = [(arm, seed) for arm in config.strategies for seed in config.seeds]
+    arms = [(arm, seed) for arm in config.strategies for seed in seeds_of(config, arm)]
     runs = [_run_config(config, arm, seed) for arm, seed in arms]
     for run_config in runs:  # every run's settings, before the first one trains
         check_config(run_config)
@@ -321,7 +347,10 @@ def _write_report(config: CompareConfig, results: dict[str, list[dict[str, Any]]
         "",
         f"Environment `{env}`; {config.base.optim.steps} updates of "
         f"{config.base.optim.tasks_per_step} tasks; budget {config.token_budget} generated "
-        f"tokens per task per step; seeds {list(config.seeds)}; held-out success on "
+        f"tokens per task per step; seeds {list(config.seeds)}"
+        + (f" (and {list(config.more_seeds)} for {', '.join(config.more_seeds_for)})"
+           if config.more_seeds and config.more_seeds_for else "")
+        + f"; held-out success on "
         f"{config.base.eval.tasks} tasks never trained on (temperature "
         f"{config.base.eval.temperature}); intervals are 95% t-intervals over seeds, clipped "
         "to [0, 1]. "
@@ -379,5 +408,9 @@ def _write_report(config: CompareConfig, results: dict[str, list[dict[str, Any]]
             render_tree_html(tree, report / f"tree_{strategy}.html")
     plot_compare(curves, report / "success_vs_tokens.png")
     lines += ["", "![held-out success vs generated tokens](success_vs_tokens.png)", ""]
+    section, reached = target_section(results, config.targets)
+    lines += section
+    for arm, per_target in reached.items():
+        summary[arm]["tokens_to_target"] = per_target
     (report / "report.md").write_text("\n".join(lines) + "\n")
     (report / "results.json").write_text(json.dumps(summary, indent=2))

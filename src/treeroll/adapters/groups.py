@@ -9,6 +9,9 @@ for more, to explore wider), then makes every group exactly ``G``:
 - **more than G leaves** (a larger ``rollout.max_leaves``): :func:`choose_leaves` keeps ``G``
   by taking the first-turn subtrees in turn (round robin, each subtree's leaves in creation
   order), so every first-turn branch that has leaves is represented before any gets a second;
+- **exactly G by construction**: ``shape=EarlyForks(group_size=G)`` grows one chain (or a
+  few) and forks the other leaves from it in its first turns as it goes: nothing grown is
+  thrown away, and the forks run beside their chain;
 - **fewer than G** (a pruning strategy, or a budget that ran out): the shortfall is filled by
   fresh chains from the same task, grafted onto the tree's root (:func:`graft`), marked
   ``info["top_up"]``: the group is still samples of the current policy, and the tree's credit
@@ -27,13 +30,19 @@ import json
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from treeroll.advantages import token_credit, weighted
-from treeroll.base import BatchAdvantageEstimator, Env, GenerationBackend, ProcessScorer
+from treeroll.base import (
+    BatchAdvantageEstimator,
+    Env,
+    GenerationBackend,
+    ProcessScorer,
+    StrategyContext,
+)
 from treeroll.config import TrainConfig, check_config, load_config
 from treeroll.formatting import TurnFormat
 from treeroll.plugins import (
@@ -47,9 +56,18 @@ from treeroll.plugins import (
 from treeroll.policies import Policy, resolve_policy
 from treeroll.rollout import RolloutConfig, rollout
 from treeroll.strategies import Chain
-from treeroll.tree import Node, RolloutTree, Trajectory, export_trajectories, leaves, path_to
+from treeroll.tree import (
+    Node,
+    NodeStatus,
+    RolloutTree,
+    Trajectory,
+    export_trajectories,
+    leaves,
+    path_to,
+)
 
-__all__ = ["LeafGroup", "TreeGroups", "choose_leaves", "graft", "policy_view", "seed_for"]
+__all__ = ["EarlyForks", "LeafGroup", "TreeGroups", "choose_leaves", "graft", "policy_view",
+           "seed_for"]
 
 _COPIED = ("action_ids", "action_logprobs", "action_text", "observation_ids",
            "observation_text", "reward", "terminated", "truncated", "status", "note", "score",
@@ -95,6 +113,76 @@ class LeafGroup:
     def scalar_credit(self) -> list[float]:
         """:meth:`row_credit` of every row."""
         return [self.row_credit(i) for i in range(len(self.leaves))]
+
+
+@dataclass
+class EarlyForks:
+    """A tree of exactly ``group_size`` leaves with its sharing in the early turns, grown by
+    halving: each of ``chains`` chains owes ``group_size / chains`` leaves; a branch owing
+    ``k > 1`` splits once it has run a number of turns drawn uniformly from 1 to ``within``
+    since it started, into its own continuation owing ``ceil(k / 2)`` and a fork owing
+    ``floor(k / 2)``, each splitting again the same way. A branch that ends owing ``k > 1``
+    leaves its other ``k - 1`` to a fork from its last turn before the end (a chain that ended
+    at its first turn has nothing to share: that fork is a fresh chain).
+
+    Written for trainers that take exactly G rows per prompt (TRL, verl): nothing is grown to
+    be thrown away, and forks run beside their branch as soon as it passes their turn, so a
+    tree takes about as long as its longest branch (Tree-GRPO waits for its chains to end, then
+    expands). treeroll's choices where the papers are silent: halving (a fork of a fork shares
+    the turns of both, so the average row shares more than with every fork taken from one
+    chain), split turns uniform over ``1..within`` after a branch's start.
+    """
+
+    group_size: int = 4
+    chains: int = 1
+    within: int = 4
+
+    name: ClassVar[str] = "early_forks"
+    revisits_nodes: ClassVar[bool] = True  # a branch's last turn is forked after it ended
+
+    def __post_init__(self) -> None:
+        if self.chains < 1 or self.group_size % self.chains or self.within < 1:
+            raise ValueError(f"early_forks needs chains >= 1 dividing group_size "
+                             f"({self.group_size}) and within >= 1; got chains={self.chains}, "
+                             f"within={self.within}")
+
+    def start(self, tree: RolloutTree, ctx: StrategyContext) -> list[Node]:
+        """``chains`` chains from the root, each owing ``group_size / chains`` leaves."""
+        ctx.state["plan"] = {tree.root.id: [(self.group_size // self.chains, None)]
+                                           * self.chains}
+        ctx.state["branch"] = {}
+        return [tree.root] * self.chains
+
+    def step(self, tree: RolloutTree, created: list[Node], ctx: StrategyContext) -> list[Node]:
+        """Continue every live branch; split the branches whose turn has come; hand what an
+        ended branch still owes to a fork from its last turn."""
+        plan: dict[int, list[tuple[int, int | None]]] = ctx.state["plan"]
+        branch: dict[int, tuple[int, int]] = ctx.state["branch"]  # node id: (owed, split at)
+        frontier: list[Node] = []
+
+        def enter(node: Node, owed: int, split_at: int | None) -> None:
+            plan.setdefault(node.id, []).append((owed, split_at))
+            frontier.append(node)
+
+        for node in created:
+            parent = node.parent
+            assert parent is not None
+            queue = plan.get(parent.id) or [(1, None)]  # (1: cut short by the budget)
+            owed, split_at = queue.pop(0)
+            if split_at is None:  # a new branch: it splits within its first turns
+                split_at = parent.depth + int(ctx.rng.integers(1, self.within + 1))
+            branch[node.id] = (owed, split_at)
+            if node.ended or node.status != NodeStatus.ACTIVE:
+                if owed > 1:  # the rest forks from the last turn before the end
+                    enter(parent if parent is not tree.root else tree.root, owed - 1, None)
+                continue
+            if owed > 1 and node.depth >= split_at:
+                keep = (owed + 1) // 2
+                enter(node, keep, node.depth + int(ctx.rng.integers(1, self.within + 1)))
+                enter(node, owed - keep, None)
+            else:
+                enter(node, owed, split_at)
+        return frontier
 
 
 def policy_view(config: TrainConfig) -> str:
@@ -156,18 +244,23 @@ class TreeGroups:
     ``config`` supplies the strategy, rollout settings, scorer, estimator, environment and
     backend (the same YAML ``treeroll train`` reads; its optimiser settings are the trainer's
     business and unused). ``group_size`` is the trainer's ``G``. ``make_env`` overrides the
-    environment named by ``config.env``. Every setting is checked here, before any work.
+    environment named by ``config.env``. ``shape`` replaces ``config.strategy`` with a strategy
+    object, :class:`EarlyForks` for a tree of exactly ``G`` leaves. Every setting is checked
+    here, before any work.
     """
 
     def __init__(self, config: TrainConfig, turn_format: TurnFormat, *, group_size: int,
                  make_env: Callable[[], Env] | None = None,
-                 scorer: ProcessScorer | None = None) -> None:
+                 scorer: ProcessScorer | None = None, shape: Any = None) -> None:
         if group_size < 1:
             raise ValueError(f"group_size is {group_size}; a group needs at least 1 leaf")
+        if isinstance(shape, EarlyForks) and shape.group_size != group_size:
+            raise ValueError(f"shape EarlyForks(group_size={shape.group_size}) for groups of "
+                             f"{group_size}: make it EarlyForks(group_size={group_size}, ...)")
         check_config(config)
         self.config, self.turn_format, self.group_size = config, turn_format, group_size
         self.make_env = make_env or make_env_factory(config.env)
-        self.strategy = make_strategy(config.strategy)
+        self.strategy = shape if shape is not None else make_strategy(config.strategy)
         self.estimator = make_estimator(config.advantage)
         if isinstance(self.estimator, BatchAdvantageEstimator):
             raise ValueError(f"advantage.name {config.advantage.name!r} compares the tasks of a "

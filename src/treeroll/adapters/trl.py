@@ -29,11 +29,12 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from treeroll.adapters.groups import LeafGroup, TreeGroups
+from treeroll.adapters.groups import EarlyForks, LeafGroup, TreeGroups
 from treeroll.base import Env, ProcessScorer
 from treeroll.config import TrainConfig
 from treeroll.formatting import TurnFormat
@@ -49,16 +50,21 @@ class TreeRolloutFunc:
     dataset with :func:`task_dataset`); a prompt this function did not write is an error
     naming it. ``seed`` makes the rollouts reproducible (each call's seed comes from it, the
     trainer's global step, the process and the mode: :meth:`_seed`). ``last_groups`` holds
-    the last call's groups (their trees, for inspection or saving).
+    the last call's groups (their trees, for inspection or saving). ``early_forks``: grow
+    each tree as :class:`~treeroll.adapters.groups.EarlyForks` (exactly ``num_generations``
+    leaves, sharing in the early turns) instead of ``config.strategy``; evaluation groups of
+    another size fork one chain.
     """
 
     def __init__(self, config: TrainConfig, turn_format: TurnFormat, *, num_generations: int,
                  seed: int = 0, make_env: Callable[[], Env] | None = None,
-                 scorer: ProcessScorer | None = None) -> None:
+                 scorer: ProcessScorer | None = None, early_forks: EarlyForks | None = None
+                 ) -> None:
         self.config, self.turn_format = config, turn_format
         self.make_env, self.scorer = make_env, scorer
+        self.early_forks = early_forks
         self.groups = TreeGroups(config, turn_format, group_size=num_generations,
-                                 make_env=make_env, scorer=scorer)
+                                 make_env=make_env, scorer=scorer, shape=early_forks)
         self._by_size = {num_generations: self.groups}
         self.num_generations = num_generations
         self.seed = seed
@@ -91,8 +97,11 @@ class TreeRolloutFunc:
 
     def _groups(self, size: int) -> TreeGroups:
         if size not in self._by_size:  # TRL's num_generations_eval
+            shape = None if self.early_forks is None else replace(self.early_forks,
+                                                                  group_size=size, chains=1)
             self._by_size[size] = TreeGroups(self.config, self.turn_format, group_size=size,
-                                             make_env=self.make_env, scorer=self.scorer)
+                                             make_env=self.make_env, scorer=self.scorer,
+                                             shape=shape)
         return self._by_size[size]
 
     def _seed(self, trainer: Any, mode: str) -> int:

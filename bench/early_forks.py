@@ -1,0 +1,87 @@
+"""Exact-G trees for a trainer's groups: EarlyForks against G chains, on one frozen policy.
+
+The trainer adapters (TRL, verl, rLLM) hand a trainer exactly G rows per prompt.
+:class:`treeroll.adapters.groups.EarlyForks` grows a tree of exactly G leaves, splitting each
+branch in halves within its first ``within`` turns; this measures what that saves against G
+independent chains, side by side on the same tasks and the same frozen policy (the shipped
+base ``frozenlake-tiny``, FrozenLake in rLLM's convention, 64 tasks of the training pool drawn
+from seed 0, temperature 1), for G = 4 and 8 and ``within`` = 2, 4, 6:
+
+* ``tokens_ratio``: generated tokens per row, tree over chains (a shared turn is generated
+  once; a chain row costs its own length);
+* ``row_tokens``: a row's own model tokens (forked rows run longer: a fork starts from a
+  branch still alive at its turn);
+* ``signal``: the share of groups whose rows' rewards differ (a group-relative gradient needs
+  it): sharing more turns leaves the rows less diverse;
+* ``wall_ratio``: wall time to grow the groups, tree over chains (HF backend, 2 threads; the
+  forks run beside their branch).
+
+Prints a table and one JSON line last. About a minute here.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+import torch
+
+from treeroll.adapters.groups import EarlyForks, LeafGroup, TreeGroups
+from treeroll.config import EnvConfig, EvalConfig, TrainConfig
+from treeroll.policies import load_policy
+from treeroll.strategies import Chain
+from treeroll.training.evaluation import task_pools
+from treeroll.tree import path_to
+
+TASKS = 64
+WITHIN = (2, 4, 6)
+
+
+def measure(groups: TreeGroups, tasks: list[int], policy: object) -> dict[str, float]:
+    """Grow one group per task; tokens, row length, signal and wall time."""
+    tick = time.perf_counter()
+    out: list[LeafGroup] = groups.grow(tasks, policy.model, policy.tokenizer,  # type: ignore[attr-defined]
+                                       seed=3)
+    seconds = time.perf_counter() - tick
+    rows = sum(len(g.leaves) for g in out)
+    generated = sum(len(n.action_ids) for g in out for n in g.tree.nodes)
+    own = sum(len(n.action_ids) for g in out for leaf in g.leaves for n in path_to(leaf)[1:])
+    return {"tokens_per_row": generated / rows, "row_tokens": own / rows,
+            "signal": float(np.mean([len(set(g.rewards)) > 1 for g in out])),
+            "seconds": seconds, "topped_up": sum(g.topped_up for g in out)}
+
+
+def main() -> None:
+    """Every (G, within) against G chains; the table, then the JSON line."""
+    torch.set_num_threads(2)
+    policy = load_policy("frozenlake-tiny")
+    train, _ = task_pools(EnvConfig(name="frozenlake_rllm"), EvalConfig())
+    tasks = [int(s) for s in train[:TASKS]]
+    base = TrainConfig()
+    out: dict[str, object] = {"tasks": TASKS, "policy": "frozenlake-tiny"}
+    for g in (4, 8):
+        config = replace(base, env=replace(base.env, name="frozenlake_rllm"),
+                         strategy=replace(base.strategy, name="chain",
+                                          chain=Chain(group_size=g)))
+        chain = measure(TreeGroups(config, policy.turn_format(), group_size=g), tasks, policy)
+        out[f"chain_g{g}"] = {k: round(v, 3) for k, v in chain.items()}
+        for within in WITHIN:
+            shape = EarlyForks(group_size=g, within=within)
+            tree = measure(TreeGroups(config, policy.turn_format(), group_size=g, shape=shape),
+                           tasks, policy)
+            row = {"tokens_ratio": round(tree["tokens_per_row"] / chain["tokens_per_row"], 4),
+                   "wall_ratio": round(tree["seconds"] / chain["seconds"], 4),
+                   **{k: round(v, 3) for k, v in tree.items()}}
+            out[f"early_forks_g{g}_within{within}"] = row
+            print(f"G={g} within={within}: tokens/row {tree['tokens_per_row']:.1f} vs chain "
+                  f"{chain['tokens_per_row']:.1f} ({row['tokens_ratio']:.2f}x), row tokens "
+                  f"{tree['row_tokens']:.1f}, signal {tree['signal']:.2f} vs "
+                  f"{chain['signal']:.2f}, wall {row['wall_ratio']:.2f}x", file=sys.stderr)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
