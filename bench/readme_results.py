@@ -622,7 +622,16 @@ Two Ray workers (one CPU and one torch thread each) make {rs['speedup_2_over_1']
 2-core machine, and every tree is the one-process tree (`identical_to_local`: {str(rs['identical_to_local']).lower()}).
 """)
 
-if "trl_adapter_quick" in R:
+if "trl_adapter_quick" in R and "early_forks" not in res("trl_adapter_quick"):
+    ta = res("trl_adapter_quick")  # measured before EarlyForks: Tree-GRPO cut to G only
+    w(f"""#### TRL's GRPOTrainer with treeroll's rollout_func (`bench/trl_adapter.py --quick`, rLLM convention, the shipped base)
+
+Three runs of TRL's real `GRPOTrainer` on the same prompts: TRL's own generation, treeroll's
+`rollout_func` with independent chains, and with Tree-GRPO trees cut to G = 4.
+
+{quote('trl_adapter_quick', ['tree_over_trl_tokens_per_completion', 'tree_over_chain_tokens_per_completion', 'tree_tokens_per_completion', 'chain_tokens_per_completion', 'model_tokens_per_row_tree', 'tree_wall_per_step', 'chain_wall_per_step'])}
+""")
+elif "trl_adapter_quick" in R:
     ta = res("trl_adapter_quick")
     met = lambda ok: "**met**" if ok else "**not met**"
     w(f"""#### TRL's GRPOTrainer with treeroll's rollout_func (`bench/trl_adapter.py --quick`, rLLM convention, the shipped base)
