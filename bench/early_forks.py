@@ -14,7 +14,7 @@ from seed 0, temperature 1), for G = 4 and 8 and ``within`` = 2, 4, 6:
 * ``signal``: the share of groups whose rows' rewards differ (a group-relative gradient needs
   it): sharing more turns leaves the rows less diverse;
 * ``wall_ratio``: wall time to grow the groups, tree over chains (HF backend, 2 threads; the
-  forks run beside their branch).
+  forks run beside their branch; one warm-up grow first, so neither side pays for it).
 
 Prints a table and one JSON line last. About a minute here.
 """
@@ -61,6 +61,8 @@ def main() -> None:
     train, _ = task_pools(EnvConfig(name="frozenlake_rllm"), EvalConfig())
     tasks = [int(s) for s in train[:TASKS]]
     base = TrainConfig()
+    warm = replace(base, env=replace(base.env, name="frozenlake_rllm"))
+    measure(TreeGroups(warm, policy.turn_format(), group_size=2), tasks[:4], policy)  # warm-up
     out: dict[str, object] = {"tasks": TASKS, "policy": "frozenlake-tiny"}
     for g in (4, 8):
         config = replace(base, env=replace(base.env, name="frozenlake_rllm"),

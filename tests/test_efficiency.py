@@ -40,6 +40,14 @@ def test_a_seed_that_never_reaches_the_target_makes_the_mean_never() -> None:
     assert reach.as_dict()["tokens"] is None
 
 
+def test_one_seed_has_no_interval_and_no_run_is_an_error() -> None:
+    one = tokens_to_target([[(0.0, 0.0), (100.0, 1.0)]], 0.5)
+    assert one.as_dict()["ci95"] is None and one.text() == "50 (one seed)"
+    with pytest.raises(ValueError, match="at least one run"):
+        tokens_to_target([], 0.5)
+    assert all(math.isnan(x) for x in ratio_to([], [[(0.0, 0.0), (1.0, 1.0)]], 0.5))
+
+
 def test_ratio_to_chain_and_its_interval() -> None:
     chain = [[(0.0, 0.0), (t, 1.0)] for t in (200.0, 210.0, 190.0)]
     tree = [[(0.0, 0.0), (t, 1.0)] for t in (100.0, 105.0, 95.0)]
@@ -79,6 +87,9 @@ def test_more_seeds_run_only_for_the_strategies_named_and_bad_ones_are_refused(
     assert seeds_of(config, "chain") == (0, 1, 2, 3) and seeds_of(config, "arpo") == (0, 1)
     for changes, says in (({"more_seeds_for": ("patr",)}, "--more-seeds-for"),
                           ({"more_seeds": (1, 5)}, r"--more-seeds.*repeats \[1\]"),
+                          ({"more_seeds": (5, 5)}, r"--more-seeds holds \[5\] twice"),
+                          ({"more_seeds_for": ()}, r"--more-seeds-for is empty while"),
+                          ({"more_seeds": ()}, r"--more-seeds is empty while"),
                           ({"targets": (1.5,)}, "--targets")):
         bad = CompareConfig(**{**config.__dict__, **changes})
         with pytest.raises(ValueError, match=says):

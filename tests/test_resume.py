@@ -202,7 +202,7 @@ def test_a_damaged_checkpoint_is_named_in_a_clear_error_not_an_unpickling_traceb
     assert "Traceback" not in resumed.stderr
 
 
-def test_a_step_count_that_would_take_more_than_a_year_stops_after_step_one_and_resumes(
+def test_a_step_count_that_would_take_more_than_a_year_stops_after_step_two_and_resumes(
         tmp_path) -> None:
     runs = tmp_path / "runs"
     absurd = _command(runs, "typo")
@@ -213,8 +213,8 @@ def test_a_step_count_that_would_take_more_than_a_year_stops_after_step_one_and_
     assert "--optim.steps 1,000,000,000,000 is absurd" in message
     assert "more than one" in message and "steps fit in a year" in message
     run = runs / "typo"
-    assert [r["step"] for r in _records(run) if "loss" in r] == [1]  # step one is kept
+    assert [r["step"] for r in _records(run) if "loss" in r] == [1, 2]  # both are kept
     fixed = _command(runs, "typo", "--resume")
-    fixed[fixed.index("--optim.steps") + 1] = "2"
+    fixed[fixed.index("--optim.steps") + 1] = "3"
     subprocess.run(fixed, cwd=ROOT, check=True, capture_output=True, timeout=600)
-    assert [r["step"] for r in _records(run) if "loss" in r] == [1, 2]
+    assert [r["step"] for r in _records(run) if "loss" in r] == [1, 2, 3]

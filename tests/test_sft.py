@@ -383,7 +383,7 @@ def test_the_shipped_recipe_does_not_export_into_the_package_unless_asked() -> N
     assert recipe.export is None  # only an explicit --export replaces the shipped base
 
 
-def test_an_sft_step_count_beyond_a_year_stops_after_step_one_with_it_checkpointed(
+def test_an_sft_step_count_beyond_a_year_stops_after_step_two_with_it_logged_and_kept(
         tmp_path: Path) -> None:
     from treeroll.checks import ConfigError
 
@@ -394,4 +394,7 @@ def test_an_sft_step_count_beyond_a_year_stops_after_step_one_with_it_checkpoint
         run_sft(config)
     saved = torch.load(tmp_path / "runs" / "sft" / "checkpoints" / "last.pt",
                        weights_only=False)
-    assert saved["step"] == 1
+    assert saved["step"] == 2
+    logged = [json.loads(line) for line in
+              (tmp_path / "runs" / "sft" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged if "loss" in r] == [1, 2]  # the log has what was saved

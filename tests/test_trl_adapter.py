@@ -217,9 +217,12 @@ def test_early_forks_grow_exactly_g_leaves_sharing_early_turns_and_throw_nothing
     shape = EarlyForks(group_size=group_size, chains=chains, within=3)
     groups = TreeGroups(settings("chain"), policy.turn_format(), group_size=group_size,
                         shape=shape)
-    for group in groups.grow([3, 11, 27, 40], policy.model, policy.tokenizer, seed=5):
+    generated = rows = 0
+    grown = groups.grow([3, 11, 27, 40], policy.model, policy.tokenizer, seed=5)
+    for group in grown:
         tree = group.tree
-        assert len(leaves(tree)) == group_size == len(group.leaves)  # nothing cut
+        assert group.topped_up == 0  # the tree itself grew every leaf
+        assert len(leaves(tree)) == group_size == len(group.leaves)  # and nothing was cut
         first_turns = tree.root.children
         spines = first_turns[:chains]
         if len(first_turns) > chains:  # forks from the root: a chain ended at its turn 1
@@ -227,16 +230,18 @@ def test_early_forks_grow_exactly_g_leaves_sharing_early_turns_and_throw_nothing
         forks = [node for node in tree.nodes[1:] if len(node.children) > 1]
         levels = (group_size // chains - 1).bit_length()  # halvings: 2 for 4 leaves, 3 for 8
         assert all(node.depth <= 3 * levels for node in forks)  # each within 3 turns
-        generated = sum(len(n.action_ids) for n in tree.nodes)
-        rows = sum(len(n.action_ids) for leaf in group.leaves for n in path_to(leaf)[1:])
-        assert generated <= rows  # shared turns are generated once
+        generated += sum(len(n.action_ids) for n in tree.nodes)
+        rows += sum(len(n.action_ids) for leaf in group.leaves for n in path_to(leaf)[1:])
+    assert any(len(n.children) > 1 for g in grown for n in g.tree.nodes[1:])  # it forked
+    assert generated < rows  # shared turns are generated once
 
 
-def test_early_forks_must_match_the_group_and_divide_it(policy):
+def test_early_forks_must_match_the_group_and_be_valid(policy):
     from treeroll.adapters.groups import EarlyForks
 
-    with pytest.raises(ValueError, match="chains >= 1 dividing group_size"):
-        EarlyForks(group_size=6, chains=4)
+    for bad in ({"group_size": 6, "chains": 4}, {"group_size": 0}, {"within": 0}):
+        with pytest.raises(ValueError, match="group_size >= 1, chains >= 1 dividing it"):
+            EarlyForks(**bad)
     with pytest.raises(ValueError, match=r"EarlyForks\(group_size=4\) for groups of 8"):
         TreeGroups(settings("chain"), policy.turn_format(), group_size=8,
                    shape=EarlyForks(group_size=4))

@@ -131,14 +131,14 @@ def check_duration(option: str, steps: int, steps_left: int, seconds_per_step: f
                    limit_seconds: float = YEAR_SECONDS) -> None:
     """Refuse a step count whose run would outlast ``limit_seconds`` (a year) at the measured
     ``seconds_per_step``: such a value is a typo (``--optim.steps 1000000000000``), and its
-    progress bar would promise millions of days. Called after the first step of a run, the
-    first moment a step's cost is known; the run folder keeps that step, so ``--resume`` with a
-    smaller count continues it."""
+    progress bar would promise millions of days. Called after the second step a process runs
+    (the first warms up), the first moment a step's cost is known; the run folder keeps both
+    steps, so ``--resume`` with a smaller count continues it."""
     eta = steps_left * seconds_per_step
     if eta <= limit_seconds:
         return
     fits = int(limit_seconds / max(seconds_per_step, 1e-9))
     raise ConfigError([(option, f"{steps:,} is absurd: at {seconds_per_step:.2f} s a step "
-                                f"(measured on the first one) the {steps_left:,} steps left "
+                                f"(measured on the second one) the {steps_left:,} steps left "
                                 f"take {eta / YEAR_SECONDS:,.0f} years, more than one; at most "
                                 f"{fits:,} steps fit in a year")])

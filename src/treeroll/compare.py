@@ -75,7 +75,9 @@ class CompareConfig:
     49 s where one after the other at two threads each took 80 s (8 steps of the default
     training, 2026-12-02)."""
     base: TrainConfig = field(default_factory=TrainConfig)
-    """The training settings every run shares (env, policy, optimiser, evaluation)."""
+    """The training settings every run shares (env, policy, optimiser, evaluation); every
+    evaluation of a run is on ``eval.tasks`` held-out tasks (``eval.tasks_during`` is set to
+    it), so the points of a curve are comparable."""
 
 
 def t_interval(values: list[float]) -> tuple[float, float, float]:
@@ -208,6 +210,13 @@ def run_compare(config: CompareConfig, reporter: Reporter | None = None) -> str:
         problems += [(option, f"holds {negative}; seeds must be >= 0")] if negative else []
     overlap = sorted(set(config.seeds) & set(config.more_seeds))
     problems += [("--more-seeds", f"repeats {overlap} of --seeds")] if overlap else []
+    twice = sorted({s for s in config.more_seeds if config.more_seeds.count(s) > 1})
+    problems += [("--more-seeds", f"holds {twice} twice")] if twice else []
+    if bool(config.more_seeds) != bool(config.more_seeds_for):
+        given, missing = (("--more-seeds", "--more-seeds-for") if config.more_seeds else
+                          ("--more-seeds-for", "--more-seeds"))
+        problems.append((missing, f"is empty while {given} is set: give both (the extra seeds "
+                                  "and the strategies that run them) or neither"))
     unknown = [arm for arm in config.more_seeds_for if arm not in config.strategies]
     problems += [("--more-seeds-for", f"names {unknown}, not in --strategies "
                                       f"{list(config.strategies)}")] if unknown else []
@@ -351,9 +360,9 @@ def _write_report(config: CompareConfig, results: dict[str, list[dict[str, Any]]
         + (f" (and {list(config.more_seeds)} for {', '.join(config.more_seeds_for)})"
            if config.more_seeds and config.more_seeds_for else "")
         + f"; held-out success on "
-        f"{config.base.eval.tasks} tasks never trained on (temperature "
-        f"{config.base.eval.temperature}); intervals are 95% t-intervals over seeds, clipped "
-        "to [0, 1]. "
+        f"{config.base.eval.tasks} tasks never trained on, the same tasks at every "
+        f"evaluation of a curve (temperature {config.base.eval.temperature}); intervals "
+        "are 95% t-intervals over seeds, clipped to [0, 1]. "
         "Groups with signal: the share of a step's task groups whose leaves' rewards differ "
         "(the only groups that give a group-relative gradient), averaged over steps. "
         + (f"Wall s: a run's own wall time, up to {config.jobs} runs trained at a time "

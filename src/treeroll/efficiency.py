@@ -47,7 +47,9 @@ def crossing(curve: Sequence[tuple[float, float]], target: float) -> float:
 @dataclass(frozen=True)
 class Reach:
     """Tokens to a target over seeds: the mean (``inf``: some seed never reached it), its
-    bootstrap 95% interval (``inf`` ends: never), and how many seeds reached it."""
+    bootstrap 95% interval (``inf`` ends: never; ``nan`` for one seed: no interval), and how
+    many seeds reached it. With two or three seeds the percentile bootstrap is crude (its
+    ends are near the seeds' extremes)."""
 
     tokens: float
     low: float
@@ -59,8 +61,9 @@ class Reach:
         """JSON-ready: ``None`` for never."""
         def shown(x: float) -> float | None:
             return None if math.isinf(x) else round(x, 1)
-        return {"tokens": shown(self.tokens), "ci95": [shown(self.low), shown(self.high)],
-                "reached": self.reached, "seeds": self.seeds}
+        interval = None if self.seeds < 2 else [shown(self.low), shown(self.high)]
+        return {"tokens": shown(self.tokens), "ci95": interval, "reached": self.reached,
+                "seeds": self.seeds}
 
     def text(self) -> str:
         """``95,270 [81,000, 120,300]`` or ``never (3 of 8 seeds)``."""
@@ -68,6 +71,8 @@ class Reach:
             return "never" if math.isinf(x) else f"{x:,.0f}"
         if math.isinf(self.tokens):
             return f"never ({self.reached} of {self.seeds} seeds reached it)"
+        if self.seeds < 2:
+            return f"{shown(self.tokens)} (one seed)"
         return f"{shown(self.tokens)} [{shown(self.low)}, {shown(self.high)}]"
 
 
@@ -83,7 +88,9 @@ def _interval(samples: np.ndarray) -> tuple[float, float]:
 
 def tokens_to_target(curves: Sequence[Sequence[tuple[float, float]]], target: float,
                      seed: int = 0) -> Reach:
-    """:class:`Reach` of ``target`` over the seeds' ``curves``."""
+    """:class:`Reach` of ``target`` over the seeds' ``curves`` (at least one)."""
+    if not curves:
+        raise ValueError("tokens_to_target needs the curve of at least one run")
     values = np.array([crossing(c, target) for c in curves], dtype=float)
     reached = int(np.isfinite(values).sum())
     low, high = _interval(_bootstrap_means(values, np.random.default_rng(seed)))
@@ -95,7 +102,10 @@ def ratio_to(curves: Sequence[Sequence[tuple[float, float]]],
              seed: int = 0) -> tuple[float, float, float]:
     """The ratio of the mean tokens to ``target`` of ``curves`` over those of ``reference``
     (``(ratio, low, high)``, a bootstrap 95% interval, seeds resampled independently on each
-    side); ``inf`` where ``curves`` never reach it, ``nan`` where the reference never does."""
+    side); ``inf`` where ``curves`` never reach it, ``nan`` where the reference never does
+    (or either side has no run)."""
+    if not curves or not reference:
+        return math.nan, math.nan, math.nan
     mine = np.array([crossing(c, target) for c in curves], dtype=float)
     theirs = np.array([crossing(c, target) for c in reference], dtype=float)
     if not np.isfinite(theirs).all() or theirs.mean() <= 0:  # never, or at the start
@@ -138,7 +148,8 @@ def target_section(results: dict[str, list[dict[str, object]]], targets: Sequenc
                     round(ratio, 3), round(low, 3), None if math.isinf(high) else round(high, 3)]
                 if math.isfinite(ratio):
                     top = "never" if math.isinf(high) else f"{high:.2f}"
-                    cell += f"; x{ratio:.2f} [{low:.2f}, {top}]"
+                    cell += f"; x{ratio:.2f}" + (f" [{low:.2f}, {top}]" if reach.seeds > 1
+                                                 else "")
             cells.append(cell)
             per_target[f"{target:g}"] = entry
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")

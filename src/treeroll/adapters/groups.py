@@ -141,40 +141,47 @@ class EarlyForks:
     revisits_nodes: ClassVar[bool] = True  # a branch's last turn is forked after it ended
 
     def __post_init__(self) -> None:
-        if self.chains < 1 or self.group_size % self.chains or self.within < 1:
-            raise ValueError(f"early_forks needs chains >= 1 dividing group_size "
-                             f"({self.group_size}) and within >= 1; got chains={self.chains}, "
-                             f"within={self.within}")
+        if (self.group_size < 1 or self.chains < 1 or self.group_size % self.chains
+                or self.within < 1):
+            raise ValueError(f"early_forks needs group_size >= 1, chains >= 1 dividing it and "
+                             f"within >= 1; got group_size={self.group_size}, "
+                             f"chains={self.chains}, within={self.within}")
 
     def start(self, tree: RolloutTree, ctx: StrategyContext) -> list[Node]:
         """``chains`` chains from the root, each owing ``group_size / chains`` leaves."""
         ctx.state["plan"] = {tree.root.id: [(self.group_size // self.chains, None)]
                                            * self.chains}
-        ctx.state["branch"] = {}
         return [tree.root] * self.chains
+
+    def keeps_snapshot(self, tree: RolloutTree, node: Node, ctx: StrategyContext) -> bool:
+        """Never: a fork is taken from the newest turn of a branch whose next turn just
+        ended, and that turn is then in the frontier (never asked about); a turn asked about
+        is one no entry will come back to."""
+        return False
 
     def step(self, tree: RolloutTree, created: list[Node], ctx: StrategyContext) -> list[Node]:
         """Continue every live branch; split the branches whose turn has come; hand what an
         ended branch still owes to a fork from its last turn."""
         plan: dict[int, list[tuple[int, int | None]]] = ctx.state["plan"]
-        branch: dict[int, tuple[int, int]] = ctx.state["branch"]  # node id: (owed, split at)
+        ahead: dict[int, list[tuple[int, int | None]]] = {}  # this frontier's entries only
         frontier: list[Node] = []
 
         def enter(node: Node, owed: int, split_at: int | None) -> None:
-            plan.setdefault(node.id, []).append((owed, split_at))
+            ahead.setdefault(node.id, []).append((owed, split_at))
             frontier.append(node)
 
         for node in created:
             parent = node.parent
             assert parent is not None
-            queue = plan.get(parent.id) or [(1, None)]  # (1: cut short by the budget)
-            owed, split_at = queue.pop(0)
+            owed, split_at = plan[parent.id].pop(0)  # entries of one node run in order
             if split_at is None:  # a new branch: it splits within its first turns
                 split_at = parent.depth + int(ctx.rng.integers(1, self.within + 1))
-            branch[node.id] = (owed, split_at)
             if node.ended or node.status != NodeStatus.ACTIVE:
-                if owed > 1:  # the rest forks from the last turn before the end
-                    enter(parent if parent is not tree.root else tree.root, owed - 1, None)
+                # this branch is one leaf (a failed one drops out of the group, and the
+                # adapter's top-up replaces it: retrying here could fail for ever); the rest
+                # forks from the last turn before the end
+                if owed > 1:
+                    enter(parent, owed - 1, None)
                 continue
             if owed > 1 and node.depth >= split_at:
                 keep = (owed + 1) // 2
@@ -182,6 +189,7 @@ class EarlyForks:
                 enter(node, owed - keep, None)
             else:
                 enter(node, owed, split_at)
+        ctx.state["plan"] = ahead  # entries the budget cut are gone with the old plan
         return frontier
 
 

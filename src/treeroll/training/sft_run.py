@@ -245,7 +245,7 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
     try:
         _loop(config, folder, model, optimizer, batches, state, summary, held_out_eval,
               checkpoint, policy.tokenizer.pad_token_id or 0, reporter)
-    except (KeyboardInterrupt, ConfigError):  # Ctrl-C; a step count found absurd at step 1
+    except (KeyboardInterrupt, ConfigError):  # Ctrl-C; a step count found absurd at step 2
         checkpoint()  # state.step counts only the steps whose update was applied
         raise
     checkpoint()
@@ -268,14 +268,9 @@ def _loop(config: SFTConfig, folder: RunFolder, model: Any, optimizer: Any,
     phase = f"sft on {config.data.source} data"
     reporter.phase(phase, config.optim.steps)
     reporter.advance(state.step, {})
-    first = True
-    for record in sft_steps(model, optimizer, batches, config.optim, state,
-                            pad_token_id=pad_token_id):
+    for steps_here, record in enumerate(sft_steps(model, optimizer, batches, config.optim,
+                                                  state, pad_token_id=pad_token_id), start=1):
         step = int(record["step"])
-        if first:  # the first moment a step's cost is known
-            check_duration("--optim.steps", config.optim.steps, config.optim.steps - step,
-                           record["seconds"])
-            first = False
         for key in ("seconds", "trained_tokens", "examples"):
             total = "train_seconds" if key == "seconds" else key
             summary[total] = summary.get(total, 0) + record[key]
@@ -290,6 +285,9 @@ def _loop(config: SFTConfig, folder: RunFolder, model: Any, optimizer: Any,
         if config.checkpoint_every and step % config.checkpoint_every == 0:
             checkpoint()
         reporter.advance(step, {"loss": record["loss"]})
+        if steps_here == 2:  # the first step of a process warms up; its record is kept
+            check_duration("--optim.steps", config.optim.steps, config.optim.steps - step,
+                           record["seconds"])
 
 
 def _finish(config: SFTConfig, folder: RunFolder, policy: Policy, summary: dict[str, Any],

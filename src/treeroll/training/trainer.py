@@ -247,11 +247,11 @@ class _Run:
         self.reporter.phase(f"training with {name}", config.optim.steps)
         try:
             with self.scalars:
-                first = self.done + 1
-                for step in range(first, config.optim.steps + 1):
+                second = self.done + 2  # the first step of a process warms up
+                for step in range(self.done + 1, config.optim.steps + 1):
                     tick = time.perf_counter()
                     self._step(step)
-                    if step == first:  # the first moment a step's cost is known
+                    if step == second:  # the first moment a step's cost is known
                         check_duration("--optim.steps", config.optim.steps,
                                        config.optim.steps - step, time.perf_counter() - tick)
                     if step % config.checkpoint_every == 0:
