@@ -678,9 +678,9 @@ time to grow the groups (tree over chains).
     w(f"""
 At the default, `within = 4`, a tree row costs {r4['tokens_ratio']:.2f}× a chain row at G = 4 and {r8['tokens_ratio']:.2f}× at G = 8
 (the issue's target, below 0.8 at both: {'**met**' if r4['tokens_ratio'] < 0.8 and r8['tokens_ratio'] < 0.8 else '**not met**'}). Sharing more turns (a larger `within`) saves more
-and leaves fewer groups with a signal: the trade is the table's, and treeroll does not pick
-past it for a cost figure. Forked rows run longer than chain rows: a fork starts from a branch
-still alive at its turn.
+and leaves fewer groups with a reward signal, so the default was not raised to meet a cost
+target. Forked rows run longer than chain rows: a fork starts from a branch still alive at its
+turn.
 """)
 
 if "fuzz_quick" in R:
