@@ -261,8 +261,9 @@ if "real_model" in R:
     rl_gain = rm["rl_final_success"]["success"] - rm["rl_start_success"]["success"]
     WHY = f"""Why the target is not met: the SFT base writes every reply in the format (well-formed
 {rm["sft_success"]["format_ok"]:.3f}) but its moves rarely solve rLLM's grids: a 135M model reading a grid of up to 9x9 characters as text,
-after only {rm["sft_steps"]} steps of 4 expert episodes ({rm["sft_minutes"]} min here). From a base at {f3(rm["rl_start_success"]["success"])} most Tree-GRPO groups have no
-success among their leaves and so no signal, and {rm["rl_steps"]} steps of 4 tasks are what {rm["rl_minutes"]} min
+after only {rm["sft_steps"]} steps of 4 expert episodes ({rm["sft_minutes"]} min here). From a base at {f3(rm["rl_start_success"]["success"])} a Tree-GRPO group is most often all failures, with no
+signal (of 6 independent leaves, {(1 - rm["rl_start_success"]["success"]) ** 6:.2f} of groups would be; shared prefixes make it more; the
+run's own share was not recorded), and {rm["rl_steps"]} steps of 4 tasks are what {rm["rl_minutes"]} min
 buy on two cores (the update runs forward and backward over every observation token of a
 tree, at ~{rm["update_tokens_per_s"]:.0f} tokens/s). What would change it: a much longer SFT (the tiny
 model's recipe takes 250 steps of 16 episodes), a faster update (LoRA, bfloat16), a
