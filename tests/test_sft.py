@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from treeroll.backends.local import ModelConfig
 from treeroll.config import EnvConfig, EvalConfig, PolicyConfig
 from treeroll.envs import make_frozenlake
 from treeroll.formatting import TurnFormat
+from treeroll.policies.model import ModelConfig
 from treeroll.training.evaluation import task_pools
 from treeroll.training.sft import SFTConfig, SFTDataConfig, SFTOptimConfig, sft_loss
 from treeroll.training.sft_data import BadDataLine, expert_episode, read_jsonl

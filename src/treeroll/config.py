@@ -16,15 +16,16 @@ from typing import Any, TypeVar
 
 import yaml
 
-from treeroll.allocators import AllocatorConfig
-from treeroll.arpo import ARPO
-from treeroll.backends.local import ModelConfig
+from treeroll.backends import BackendConfig
 from treeroll.checks import checked
-from treeroll.igrpo import IGRPO
-from treeroll.rollout import RolloutConfig
-from treeroll.rtpo import RTPO
-from treeroll.strategies import PATR, Chain, RandomTree, TreeGRPO
-from treeroll.training.loss import LossConfig
+from treeroll.credit import AdvantageConfig
+from treeroll.credit.objectives import POLICY_LOSSES, LossConfig
+from treeroll.engine import AllocatorConfig, RolloutConfig
+from treeroll.envs import EnvConfig
+from treeroll.policies import policy_defaults
+from treeroll.policies.model import ModelConfig
+from treeroll.scorers import ScorerConfig
+from treeroll.strategies import StrategyConfig
 
 __all__ = [
     "HELD_OUT_RESERVED",
@@ -41,44 +42,8 @@ __all__ = [
     "config_to_dict",
     "load_config",
     "merged_config",
+    "with_policy_defaults",
 ]
-
-
-@dataclass
-class EnvConfig:
-    """Which environment the tasks come from."""
-
-    name: str = "frozenlake_rllm"
-    """``frozenlake_rllm`` (PATR's benchmark), ``frozenlake_ragen``, ``swe``, ``gym:<env id>``,
-    or ``package.module:factory`` (a callable returning an Env, called with ``options``)."""
-    options: dict[str, str] = field(default_factory=dict)
-    """A user's own environment factory (``package.module:object``): its config block, ``KEY VALUE``
-    pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
-    them as its fields, a builder as keywords. For ``swe``: ``SWEEnvConfig`` and
-    ``SandboxLimits`` fields (``tools "[/opt/conda]"``, ``memory_mb 2048``, ``isolation
-    copy``)."""
-    size_min: int | None = checked(None, ge=2)
-    """FrozenLake: smallest map side (None = the convention's)."""
-    size_max: int | None = checked(None, ge=2)
-    """FrozenLake: largest map side (None = the convention's)."""
-    slippery: bool | None = None
-    """FrozenLake: slippery dynamics (None = the convention's)."""
-    max_turns: int | None = checked(None, ge=1)
-    """Cap on turns per episode (None = the convention's)."""
-    format_penalty: float | None = checked(None, ge=0)
-    """FrozenLake: subtracted from a turn's reward when its reply held no valid action (None =
-    the convention's: rLLM 0, RAGEN 0.1). Success is unchanged; only the reward RL ranks
-    trajectories by sees it."""
-    train_tasks: int = checked(10_000, ge=1)
-    """Task seeds in the training pool (rLLM: 10,000)."""
-    task_seed: int = checked(0, ge=0)
-    """Seed of the generator that draws the training pool's task seeds."""
-    instances: str | None = None
-    """SWE (``--env.name swe``): a SWE-bench-format JSONL file of instances, validated before
-    any work (None = the 240 built-in tasks); a task seed picks instance ``seed mod count``."""
-    repos: str | None = None
-    """SWE: the folder holding the instances' git checkouts (``owner__name``, ``name`` or
-    ``owner/name``, or the checkout itself); an instance's own ``repo_path`` wins."""
 
 
 @dataclass
@@ -107,164 +72,6 @@ class PolicyConfig:
     drops a system message (Gemma's, Phi-3's); treeroll refuses such a template without it."""
     warm_start_batch: int = checked(16, ge=1)
     """Episodes per warm-start step."""
-
-
-@dataclass
-class StrategyConfig:
-    """Which rollout strategy builds each task's tree, and every strategy's settings."""
-
-    name: str = "chain"
-    """``chain``, ``tree_grpo``, ``patr``, ``random_tree``, ``arpo``, ``rtpo``, ``igrpo`` or
-    ``package.module:object``."""
-    options: dict[str, str] = field(default_factory=dict)
-    """A user's own strategy (``package.module:object``): its config block, ``KEY VALUE``
-    pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
-    them as its fields, a builder as keywords."""
-    chain: Chain = field(default_factory=Chain)
-    tree_grpo: TreeGRPO = field(default_factory=TreeGRPO)
-    patr: PATR = field(default_factory=PATR)
-    random_tree: RandomTree = field(default_factory=RandomTree)
-    arpo: ARPO = field(default_factory=ARPO)
-    rtpo: RTPO = field(default_factory=RTPO)
-    igrpo: IGRPO = field(default_factory=IGRPO)
-
-
-@dataclass
-class HFBackendConfig:
-    """The transformers backend (``treeroll.backends.hf.HFBackend``)."""
-
-    max_batch_size: int = checked(64, ge=1)
-    """Requests decoded together at most (more are split into several batches)."""
-    max_cached_tokens: int = checked(262_144, ge=1)
-    """Bound of the KV-cache trie in tokens (least recently used branches are evicted)."""
-    use_prefix_cache: bool = True
-    """Reuse the KV of shared prefixes (False recomputes every prompt: the reference path)."""
-    keep_logits: bool = True
-    """Keep each prefilled prompt's last logits, so a branch point's later children need no
-    forward (equal to a fresh forward within float rounding, not bit for bit)."""
-    replay: bool = True
-    """Also keep the logits of every decoded position, so a turn that repeats one an earlier
-    call sampled in the same context (a sharp policy's Tree-GRPO expansion re-sampling its
-    chain's turn) is sampled from them without a forward (needs ``keep_logits``)."""
-    max_kept_logits_mib: int = checked(256, ge=0)
-    """Bound of the kept logits in MiB (least recently used dropped first): vocabulary size
-    times 4 bytes an entry (2.4 KiB for ``frozenlake-tiny``, 600 KiB for a 150k vocabulary)."""
-    join_fraction: float = checked(0.25, ge=0.0)
-    """With ``rollout.continuous``: queued requests join the running decode batch when they
-    number this share of the requests decoding (each join costs a prefill forward)."""
-    join_wait: int = checked(4, ge=0)
-    """With ``rollout.continuous``: ... or when they have waited this many decode steps."""
-
-
-@dataclass
-class LlamaCppBackendConfig:
-    """A llama.cpp server (``treeroll.backends.llamacpp``)."""
-
-    url: str | None = None
-    """A running ``llama-server`` serving the policy's weights; None: treeroll writes the
-    policy as GGUF and starts one (restarted on every weight update)."""
-    slots: int = checked(8, ge=1)
-    """Requests decoded together (the server's ``-np``; also the requests in flight)."""
-    ctx_per_slot: int = checked(2048, ge=16)
-    """Tokens one sequence may hold (prompt + completion)."""
-    threads: int = checked(2, ge=1)
-    """CPU threads of a started server."""
-    cache_ram_mib: int = checked(1024, ge=0)
-    """Host-memory prompt cache of a started server, MiB (0: off)."""
-    share_prompts: bool = False
-    """Send requests continuing the same prompt as one ``n_cmpl`` call (the prompt is
-    computed once; the group's seeds then follow its first request's)."""
-
-
-@dataclass
-class VLLMBackendConfig:
-    """vLLM in process (``treeroll.backends.vllm``; needs a GPU and ``pip install vllm``)."""
-
-    gpu_memory_utilization: float = checked(0.5, gt=0, le=1)
-    """Share of the GPU's memory vLLM may take (the trainer needs the rest)."""
-    dtype: str = "auto"
-    max_model_len: int | None = checked(None, ge=16)
-    enforce_eager: bool = False
-    """Skip CUDA graphs (faster start, slower decoding)."""
-
-
-@dataclass
-class SGLangBackendConfig:
-    """An SGLang server (``treeroll.backends.sglang``; start it with
-    ``python -m sglang.launch_server --model-path <policy folder> --skip-tokenizer-init``)."""
-
-    url: str = "http://127.0.0.1:30000"
-    """The server's address."""
-
-
-@dataclass
-class BackendConfig:
-    """What generates the rollouts."""
-
-    name: str = "hf"
-    """``hf`` (transformers, in process), ``llamacpp``, ``vllm``, ``sglang`` or
-    ``package.module:builder`` (called with the policy and ``options``; returns a
-    GenerationBackend)."""
-    options: dict[str, str] = field(default_factory=dict)
-    """A user's own backend: its config block, ``KEY VALUE`` pairs on the command line or a
-    mapping in YAML, each value read as YAML; given to the builder as keywords."""
-    hf: HFBackendConfig = field(default_factory=HFBackendConfig)
-    llamacpp: LlamaCppBackendConfig = field(default_factory=LlamaCppBackendConfig)
-    vllm: VLLMBackendConfig = field(default_factory=VLLMBackendConfig)
-    sglang: SGLangBackendConfig = field(default_factory=SGLangBackendConfig)
-
-
-@dataclass
-class ScorerConfig:
-    """The process scorer PATR uses (ignored by strategies that do not score)."""
-
-    name: str | None = None
-    """e.g. ``frozenlake_progress``, ``degeneracy``, ``blend``; None = no scorer."""
-    options: dict[str, str] = field(default_factory=dict)
-    """A user's own scorer (``package.module:object``): its config block, ``KEY VALUE``
-    pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
-    them as its fields, a builder as keywords."""
-    blend_a: str = "frozenlake_progress"
-    """``blend``: first scorer."""
-    blend_b: str = "degeneracy"
-    """``blend``: second scorer."""
-    blend_lambda: float = checked(0.7, ge=0, le=1)
-    """``blend``: weight of the first scorer."""
-    judge_model_path: str | None = None
-    """``judge``: a local model directory (``save_pretrained``) for the judge; None = the
-    judge needs a backend passed to ``make_scorer`` by the caller."""
-
-
-@dataclass
-class AdvantageConfig:
-    """Credit assignment over each task's group of leaves. ``treeroll.plugins.make_estimator``
-    passes each option below to the estimator if it takes it; an option the estimator does not
-    take must keep its default (else an error names it)."""
-
-    name: str = "grpo"
-    """``grpo``, ``dr_grpo``, ``rloo``, ``tree``, ``treepo``, ``progress``, ``planpo`` (one
-    value per leaf), ``treerl``, ``gigpo`` or ``arpo_hard`` (per turn), ``sao`` (over the
-    whole batch: for one rollout per task) or ``package.module:function``."""
-    options: dict[str, str] = field(default_factory=dict)
-    """A user's own estimator (``package.module:object``): its config block, ``KEY VALUE``
-    pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
-    them as its fields, a builder as keywords."""
-    std: str = checked("population", choices=("population", "sample"))
-    """``grpo``, ``tree``, ``sao`` and those built on them (``gigpo``, ``treepo``, ``progress``,
-    ``planpo``, ``arpo_hard``): divide by the ``population`` std (ddof=0, the default) or the
-    ``sample`` std (ddof=1, unbiased: verl's and TRL's, hence Tree-GRPO's code's)."""
-    singleton: str = checked("zero", choices=("zero", "verl"))
-    """``grpo``, ``dr_grpo``, ``tree``, ``arpo_hard``: a group of one gets advantage ``zero``
-    (default: a tree that never branches is exactly chain GRPO) or, ``verl``, its raw reward
-    (verl's mean 0 / std 1)."""
-    eps: float = checked(1e-6, ge=0)
-    """``grpo``, ``tree``, ``gigpo``, ``arpo_hard``, ``sao``: added to the std before dividing."""
-    omega: float = checked(1.0, ge=0)
-    """``gigpo``: weight of the step-level advantage."""
-    gamma: float = checked(0.95, ge=0, le=1)
-    """``gigpo``: discount of the step returns."""
-    beta: float = checked(0.2, ge=0)
-    """``planpo``: at most this much more reward for the group's shortest success."""
 
 
 @dataclass
@@ -498,8 +305,13 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
     """Problems of the plug-in names and cross-field settings of a :class:`TrainConfig` (or
     of any config with the same sections): each ``(option, message)`` names what is valid.
     Nothing is imported or built; ``package.module:object`` names are checked when made."""
+    from treeroll.backends import BACKENDS
     from treeroll.checks import option_name
-    from treeroll.plugins import ADVANTAGES, ALLOCATORS, BACKENDS, ENVS, SCORERS, STRATEGIES
+    from treeroll.credit import ADVANTAGES
+    from treeroll.engine import ALLOCATORS
+    from treeroll.envs import ENVS
+    from treeroll.scorers import SCORERS
+    from treeroll.strategies import STRATEGIES
     from treeroll.views import VIEWS
 
     found: list[tuple[str, str]] = []
@@ -518,7 +330,7 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
     if "allocator" in sections:
         choice("allocator.name", config.allocator.name, ALLOCATORS.names())
         if config.allocator.name in ALLOCATORS.names() and "rollout" in sections:
-            from treeroll.plugins import make_allocator
+            from treeroll.engine import make_allocator
 
             try:  # building one is cheap and runs the allocator's own checks
                 make_allocator(config.allocator, config.rollout)
@@ -548,8 +360,8 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
     if "optim" in sections and "advantage" in sections:
         found += _optim_problems(config)
     if "rollout" in sections and "backend" in sections:
-        from treeroll.plugins import backend_streams
-        from treeroll.rollout import continuous_problems
+        from treeroll.backends import backend_streams
+        from treeroll.engine.rollout import continuous_problems
 
         backend = config.backend.name
         found += continuous_problems(config.rollout, backend, backend_streams(backend),
@@ -575,15 +387,18 @@ def _optim_problems(config: Any) -> list[tuple[str, str]]:
     if optim.behaviour_lag and backend != "hf":
         found.append(("--optim.behaviour-lag", f"is {optim.behaviour_lag}, which needs the "
                       f"in-process 'hf' backend (a second copy of the model), not {backend!r}"))
+    if loss.objective not in POLICY_LOSSES:
+        found.append(("--optim.loss.objective", f"is {loss.objective!r}; valid: "
+                      f"{', '.join(POLICY_LOSSES.names())}"))
+        return found
     defaults = type(loss)()
-    if loss.objective == "truncated_is":
-        found += [(f"--optim.loss.{key.replace('_', '-')}", f"is {getattr(loss, key)}, which "
-                   "only ppo_clip reads (truncated_is truncates at --optim.loss.is-cap)")
-                  for key in ("clip_low", "clip_high")
-                  if getattr(loss, key) != getattr(defaults, key)]
-    elif loss.is_cap != defaults.is_cap:
-        found.append(("--optim.loss.is-cap", f"is {loss.is_cap}, which only "
-                      "--optim.loss.objective truncated_is reads"))
+    reads = POLICY_LOSSES.get(loss.objective).reads
+    for other in POLICY_LOSSES:
+        for key in POLICY_LOSSES.get(other).reads:
+            if key not in reads and getattr(loss, key) != getattr(defaults, key):
+                found.append((f"--optim.loss.{key.replace('_', '-')}", f"is "
+                              f"{getattr(loss, key)}, which only {other} reads (the objective "
+                              f"is {loss.objective}: --optim.loss.objective)"))
     return found
 
 
@@ -605,8 +420,8 @@ def _swe_problems(env: EnvConfig) -> list[tuple[str, str]]:
 
 
 def _init_problems(init: str | None) -> list[tuple[str, str]]:
-    from treeroll.fetch import REAL_POLICIES
     from treeroll.policies import SHIPPED
+    from treeroll.policies.fetch import REAL_POLICIES
 
     if init is None or init in SHIPPED or init in REAL_POLICIES:
         return []
@@ -627,3 +442,37 @@ def check_config(config: Any, extra: list[tuple[str, str]] | None = None) -> Non
     from treeroll.checks import validate
 
     validate(config, extra=name_problems(config) + list(extra or []))
+
+
+def with_policy_defaults(config: T, spec: str | None, prefix: tuple[str, ...] = ()) -> T:
+    """``config`` (a config dataclass) with the defaults of policy ``spec``
+    (:func:`policy_defaults`) under ``prefix`` (e.g. ``("train",)`` for ``treeroll
+    rollout``'s settings) merged in; keys the config does not have (a section only another
+    command has) are left out. The command line and a config file go on top of this."""
+    defaults = policy_defaults(spec)
+    if not defaults:
+        return config
+    for key in reversed(prefix):
+        defaults = {key: defaults}
+    known = _known(type(config), defaults)
+    return merged_config(config, known) if known else config
+
+
+def _known(cls: Any, mapping: dict[str, Any]) -> dict[str, Any]:
+    """The part of ``mapping`` whose keys are fields of the dataclass ``cls`` (recursively)."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for item in dataclasses.fields(cls):
+        if item.name not in mapping:
+            continue
+        value, kind = mapping[item.name], hints.get(item.name)
+        if isinstance(value, dict) and dataclasses.is_dataclass(kind):
+            inner = _known(kind, value)
+            if inner:
+                out[item.name] = inner
+        elif not isinstance(value, dict):
+            out[item.name] = value
+    return out

@@ -115,3 +115,20 @@ def build_user_plugin(obj: Any, options: Mapping[str, str], where: str, *args: A
         raise ValueError(f"--{where}.options: {name} is an instance, not a class or builder; "
                          "it takes no options")
     return obj
+
+
+def plugin_section(base: type[T], blocks: Mapping[str, type]) -> type[T]:
+    """A config section made from a registry: ``base`` (a dataclass holding the section's own
+    fields, such as ``name`` and ``options``) with one more field per registered plug-in that
+    has settings, named as it is registered and defaulting to that plug-in's config dataclass.
+
+    So a plug-in's settings are declared once, beside the plug-in (a strategy's dataclass *is*
+    its config), and ``strategy.patr.k`` in YAML or ``--strategy.patr.k`` on the command line
+    reach it without the section listing plug-ins by hand. The class keeps ``base``'s name,
+    module and docstring (pickling finds it where the module stores it)."""
+    fields = [(key, block, dataclasses.field(default_factory=block))
+              for key, block in blocks.items()]
+    made = dataclasses.make_dataclass(base.__name__, fields, bases=(base,),
+                                      namespace={"__doc__": base.__doc__})
+    made.__module__ = base.__module__
+    return made

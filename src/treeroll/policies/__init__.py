@@ -25,14 +25,14 @@ from typing import Any, TypeVar
 
 import torch
 
-from treeroll.backends.local import build_model, build_word_tokenizer, load_policy_files
 from treeroll.base import Env
 from treeroll.formatting import TurnFormat
+from treeroll.policies.model import build_model, build_word_tokenizer, load_policy_files
 from treeroll.views import CELL_WORD_PATTERN, VIEWS
 
 __all__ = ["SHIPPED", "Policy", "build_policy", "check_context_length", "check_policy_files",
            "load_policy", "longest_context", "max_positions", "policy_defaults", "resolve_policy",
-           "save_policy", "shipped_policies", "with_policy_defaults"]
+           "save_policy", "shipped_policies"]
 
 T = TypeVar("T")
 
@@ -95,7 +95,7 @@ def resolve_policy(spec: str) -> Path:
     """The folder of a shipped policy name, a policy folder, or a run folder (its exported
     ``<run>/policy``); a clear error, before anything is loaded, when it is none of these or
     lacks the model's configuration, weights or tokenizer files (each named)."""
-    from treeroll.fetch import REAL_POLICIES, real_policy
+    from treeroll.policies.fetch import REAL_POLICIES, real_policy
 
     if spec in SHIPPED:
         folder = _shipped_dir(spec)
@@ -149,7 +149,7 @@ def policy_defaults(spec: str | None) -> dict[str, Any]:
     """The settings a policy brings (``treeroll.json``'s ``defaults``, e.g. a real model's
     longer turn cap), read without loading or converting anything; ``{}`` when it has none
     or ``spec`` names nothing readable (loading it later says why)."""
-    from treeroll.fetch import REAL_POLICIES
+    from treeroll.policies.fetch import REAL_POLICIES
 
     if not spec:
         return {}
@@ -164,42 +164,6 @@ def policy_defaults(spec: str | None) -> dict[str, Any]:
         return {}
     defaults = meta.get("defaults", {}) if isinstance(meta, dict) else {}
     return defaults if isinstance(defaults, dict) else {}
-
-
-def with_policy_defaults(config: T, spec: str | None, prefix: tuple[str, ...] = ()) -> T:
-    """``config`` (a config dataclass) with the defaults of policy ``spec``
-    (:func:`policy_defaults`) under ``prefix`` (e.g. ``("train",)`` for ``treeroll
-    rollout``'s settings) merged in; keys the config does not have (a section only another
-    command has) are left out. The command line and a config file go on top of this."""
-    defaults = policy_defaults(spec)
-    if not defaults:
-        return config
-    from treeroll.config import merged_config
-
-    for key in reversed(prefix):
-        defaults = {key: defaults}
-    known = _known(type(config), defaults)
-    return merged_config(config, known) if known else config
-
-
-def _known(cls: Any, mapping: dict[str, Any]) -> dict[str, Any]:
-    """The part of ``mapping`` whose keys are fields of the dataclass ``cls`` (recursively)."""
-    import dataclasses
-    import typing
-
-    hints = typing.get_type_hints(cls)
-    out: dict[str, Any] = {}
-    for item in dataclasses.fields(cls):
-        if item.name not in mapping:
-            continue
-        value, kind = mapping[item.name], hints.get(item.name)
-        if isinstance(value, dict) and dataclasses.is_dataclass(kind):
-            inner = _known(kind, value)
-            if inner:
-                out[item.name] = inner
-        elif not isinstance(value, dict):
-            out[item.name] = value
-    return out
 
 
 def load_policy(spec: str, view: str | None = None) -> Policy:

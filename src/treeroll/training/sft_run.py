@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from treeroll.backends.hf import HFBackend
+from treeroll.assemble import make_env_factory
+from treeroll.backends import BackendConfig, make_backend
 from treeroll.base import Env, ExpertEnv
 from treeroll.checks import ConfigError, check_duration
 from treeroll.config import PolicyConfig, check_config, config_to_dict
 from treeroll.formatting import TurnFormat
-from treeroll.plugins import make_env_factory
 from treeroll.policies import Policy, build_policy, check_context_length, save_policy
 from treeroll.training.evaluation import Reporter, Silent, evaluate, pool_words, task_pools
 from treeroll.training.runfolder import (
@@ -210,7 +210,7 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
     optimizer = adamw(model, lr=config.optim.lr, weight_decay=config.optim.weight_decay)
     rng = np.random.default_rng(config.seed)
     state = SFTState(0, config.seed)
-    backend = HFBackend(model, pad_token_id=policy.tokenizer.pad_token_id or 0)
+    backend = make_backend(BackendConfig(), policy)  # the default backend, in process
     summary: dict[str, Any] = {"skipped_lines": skipped} if skipped else {}
 
     def held_out_eval(tasks: int) -> dict[str, float]:

@@ -22,21 +22,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from treeroll.advantages import token_credit, weighted
+from treeroll.assemble import assemble, sync_weights
 from treeroll.base import BatchAdvantageEstimator
 from treeroll.checks import check_duration
 from treeroll.config import TrainConfig, check_config, config_to_dict
-from treeroll.plugins import (
-    make_allocator,
-    make_backend,
-    make_env_factory,
-    make_estimator,
-    make_strategy,
-    scorer_name_for,
-    sync_weights,
-)
+from treeroll.credit.estimators import token_credit, weighted
+from treeroll.engine.rollout import count_status, rollout
 from treeroll.policies import build_policy, check_context_length, save_policy
-from treeroll.rollout import count_status, rollout
 from treeroll.training.behaviour import StaleBehaviour
 from treeroll.training.evaluation import Reporter, Silent, evaluate, pool_words, task_pools
 from treeroll.training.loss import TrainItem, by_turn_reversed, expanded_backward
@@ -133,17 +125,9 @@ class _Run:
     def _build_plug_ins(self) -> None:
         """Environment factory, strategy, estimator and scorer (a bad allocator fails here,
         before any work)."""
-        config = self.config
-        self.make_env = make_env_factory(config.env)
-        self.strategy = make_strategy(config.strategy)
-        self.estimator = make_estimator(config.advantage)
-        make_allocator(config.allocator, config.rollout)
-        scorer_name = scorer_name_for(config.scorer.name, self.strategy, config.env.name)
-        self.scorer = None
-        if scorer_name:
-            from treeroll.scorers import make_scorer
-
-            self.scorer = make_scorer(replace(config.scorer, name=scorer_name))
+        self.parts = assemble(self.config)
+        self.make_env, self.strategy = self.parts.make_env, self.parts.strategy
+        self.estimator, self.scorer = self.parts.estimator, self.parts.scorer
 
     def _load_policy(self, resolved: dict[str, Any]) -> dict[str, Any] | None:
         """The policy, its backend and optimiser; the checkpoint's state when resuming
@@ -164,7 +148,7 @@ class _Run:
             policy.tokenizer.save_pretrained(run_dir / "policy")
         self.policy, self.model = policy, policy.model
         self.turn_format = policy.turn_format()
-        self.backend = make_backend(config.backend, policy)
+        self.backend = self.parts.backend(policy)
         self.optimizer = adamw(self.model, lr=config.optim.lr,
                                weight_decay=config.optim.weight_decay)
         return state
@@ -186,8 +170,8 @@ class _Run:
         if config.optim.behaviour_lag:
             self.behaviour = StaleBehaviour(self.model, config.optim.behaviour_lag,
                                             None if state is None else state["behaviour"])
-            self.rollout_backend = make_backend(config.backend,
-                                                replace(self.policy, model=self.behaviour.model))
+            self.rollout_backend = self.parts.backend(
+                replace(self.policy, model=self.behaviour.model))
         self.ref_model = None
         if config.optim.loss.kl_coef:
             self.ref_model = copy.deepcopy(self.model).eval()
@@ -304,7 +288,7 @@ class _Run:
         batch = rollout(tasks, self.make_env, self.rollout_backend, self.turn_format,
                         self.strategy,
                         config=config.rollout, scorer=self.scorer,
-                        allocator=make_allocator(config.allocator, config.rollout),
+                        allocator=self.parts.allocator(),
                         seed=int(self.rng.integers(2**62)),
                         first_group_id=step * config.optim.tasks_per_step)
         rollout_seconds = time.perf_counter() - tick

@@ -42,6 +42,7 @@ from treeroll.envs.swe.sandbox import Sandbox, Workspace
 
 __all__ = [
     "DEFAULT_TEST_COMMAND",
+    "SUBMIT_SENTINEL",
     "Edit",
     "Mutation",
     "SWETask",
@@ -60,6 +61,9 @@ __all__ = [
     "validate_task",
 ]
 
+
+SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+"""mini-swe-agent's submit marker: a command whose output starts with it ends the task."""
 DEFAULT_TEST_COMMAND = ("python -P -m pytest -o pythonpath=. -rA -q --tb=short "
                         "-p no:cacheprovider {tests}")
 """How tests run (``{tests}``: the shell-quoted test ids, empty for the whole suite).

@@ -34,7 +34,7 @@ import numpy as np
 
 from treeroll.base import StrategyContext
 from treeroll.checks import checked
-from treeroll.strategies import live_or_room
+from treeroll.strategies.common import live_or_room
 from treeroll.tree import (
     Node,
     RolloutTree,

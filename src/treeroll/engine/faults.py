@@ -1,6 +1,6 @@
 """Faults of plug-ins contained per branch: an environment or process scorer that raises
 marks the node it was working on ``failed`` (``NodeStatus.FAILED``, the error in
-``node.note``) instead of ending the batch. Used by :mod:`treeroll.engine`."""
+``node.note``) instead of ending the batch. Used by :mod:`treeroll.engine.loop`."""
 
 from __future__ import annotations
 

@@ -24,13 +24,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from treeroll.checks import Check, checked, validate
+from treeroll.cli.reporting import make_reporter
 from treeroll.config import (
     HELD_OUT_RESERVED,
     TrainConfig,
     load_config,
     merged_config,
 )
-from treeroll.reporting import make_reporter
 
 __all__ = ["main"]
 
@@ -190,7 +190,7 @@ def _parse(cls: type[T], args: list[str], description: str, *, command: str,
         i += 1
     spec, prefix = _named_policy(command, rest, config_path)
     if spec is not None:  # its settings go under the config file and the options
-        from treeroll.policies import with_policy_defaults
+        from treeroll.config import with_policy_defaults
 
         default = with_policy_defaults(default if default is not None else cls(), spec, prefix)
     if config_path is not None:
@@ -292,22 +292,21 @@ def cmd_eval(args: list[str]) -> int:
     validate(command, extra=[("--policy", "is given with --run; pass --run (a training run's "
                               "checkpoint) or --policy (a policy folder or shipped name), not "
                               "both")] if both else [])
-    from treeroll.session import load_run_policy, starting_policy
+    from treeroll.cli.session import load_run_policy, starting_policy
     from treeroll.training.evaluation import evaluate, pool_words, task_pools
 
     run = Path(command.run) if command.run is not None else _run_folder(command.policy)
     if run is not None:
         config, backend, turn_format, make_env = load_run_policy(run)
     else:
-        from treeroll.backends.hf import HFBackend
-        from treeroll.plugins import make_env_factory
-        from treeroll.policies import with_policy_defaults
+        from treeroll.assemble import make_backend, make_env_factory
+        from treeroll.config import with_policy_defaults
 
         config = with_policy_defaults(TrainConfig(), command.policy)
         if command.policy is not None:
             config.policy = replace(config.policy, init=command.policy)
         policy = starting_policy(config)
-        backend = HFBackend(policy.model, pad_token_id=policy.tokenizer.pad_token_id or 0)
+        backend = make_backend(config.backend, policy)
         turn_format, make_env = policy.turn_format(), make_env_factory(config.env)
     config.eval = replace(config.eval, tasks=command.tasks, temperature=command.temperature,
                           pool=command.pool)
@@ -354,7 +353,7 @@ def cmd_rollout(args: list[str]) -> int:
     """``treeroll rollout``: build, summarise and save one tree."""
     description = RolloutCommand.__doc__ or ""
     command = _parse(RolloutCommand, args, description, command="rollout")
-    from treeroll.session import apply_shortcuts, build_one_tree, describe_tree, load_run_config
+    from treeroll.cli.session import apply_shortcuts, build_one_tree, describe_tree, load_run_config
     from treeroll.tree import save_tree
 
     named = _run_folder(command.train.policy.init)  # --policy RUN: the run, as with --run
@@ -410,7 +409,7 @@ def cmd_show(args: list[str]) -> int:
 
 def cmd_compare(args: list[str]) -> int:
     """``treeroll compare``: strategies trained under one budget, over seeds, in a report."""
-    from treeroll.compare import CompareConfig, run_compare
+    from treeroll.cli.compare import CompareConfig, run_compare
 
     command = _parse(CompareConfig, args, CompareConfig.__doc__ or "", command="compare")
     with make_reporter(console) as reporter:
@@ -427,7 +426,7 @@ def cmd_compare(args: list[str]) -> int:
 
 def cmd_ray_rollout(args: list[str]) -> int:
     """``treeroll ray-rollout``: a batch of trees grown on Ray workers, saved as JSON."""
-    from treeroll.cli_ray import RayRolloutCommand, run_ray_rollout
+    from treeroll.cli.ray_run import RayRolloutCommand, run_ray_rollout
 
     command = _parse(RayRolloutCommand, args, RayRolloutCommand.__doc__ or "",
                      command="ray-rollout")

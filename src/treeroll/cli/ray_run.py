@@ -1,11 +1,11 @@
 """``treeroll ray-rollout``: a batch of rollout trees over Ray workers
-(:class:`treeroll.distributed.RayRollout`), saved one JSON file a tree.
+(:class:`treeroll.cli.ray_workers.RayRollout`), saved one JSON file a tree.
 
     treeroll ray-rollout --workers 2 --tasks 16                  # a local cluster
     treeroll ray-rollout --address auto --workers 16 --tasks 256 # after `ray start`
     treeroll ray-rollout --help
 
-``python -m treeroll.cli_ray`` runs the same command (kept for scripts written before it was
+``python -m treeroll.cli.ray_run`` runs the same command (kept for scripts written before it was
 a subcommand)."""
 
 from __future__ import annotations
@@ -58,9 +58,9 @@ def run_ray_rollout(command: RayRolloutCommand, console: Any) -> int:
                          "SWE agent runs in one process (`treeroll rollout --env swe`)")
     import ray
 
-    from treeroll.distributed import RayRollout
-    from treeroll.plugins import make_env_factory, make_strategy
-    from treeroll.session import starting_policy
+    from treeroll.assemble import assemble
+    from treeroll.cli.ray_workers import RayRollout
+    from treeroll.cli.session import starting_policy
     from treeroll.training.evaluation import task_pools
     from treeroll.tree import leaves, save_tree
 
@@ -75,8 +75,8 @@ def run_ray_rollout(command: RayRolloutCommand, console: Any) -> int:
     elif started:
         ray.init(address=command.address)
     try:
-        pool = RayRollout(starting_policy(config), make_env_factory(config.env),
-                          make_strategy(config.strategy), rollout_config,
+        parts = assemble(config)
+        pool = RayRollout(starting_policy(config), parts.make_env, parts.strategy, rollout_config,
                           workers=command.workers, num_cpus=command.cpus_per_worker)
         batch = pool.rollout(tasks, seed=config.seed)
         pool.shutdown()
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     console = Console(stderr=True)
-    command = tyro.cli(RayRolloutCommand, prog="python -m treeroll.cli_ray",
+    command = tyro.cli(RayRolloutCommand, prog="python -m treeroll.cli.ray_run",
                        args=sys.argv[1:] if argv is None else argv,
                        description=RayRolloutCommand.__doc__)
     try:

@@ -26,7 +26,7 @@ from typing import ClassVar
 
 from treeroll.base import StrategyContext
 from treeroll.checks import checked
-from treeroll.strategies import live_or_room
+from treeroll.strategies.common import live_or_room
 from treeroll.tree import Node, RolloutTree, leaves, path_to
 
 __all__ = ["RTPO"]

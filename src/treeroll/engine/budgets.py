@@ -1,4 +1,4 @@
-"""The per-task budget rule every strategy runs under (used by :mod:`treeroll.engine`).
+"""The per-task budget rule every strategy runs under (used by :mod:`treeroll.engine.loop`).
 
 A tree never generates more than its token budget nor ends with more leaves than its leaf
 budget: each turn's generation cap is the tokens left shared over the entries sent together

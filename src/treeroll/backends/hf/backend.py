@@ -43,12 +43,12 @@ from typing import Any
 
 import torch
 
-from treeroll.backends.hf_decode import DecodeBatch, Prefilled, _Row
-from treeroll.backends.kv_trie import KV, KVTrie
+from treeroll.backends.hf.decode import DecodeBatch, Prefilled, _Row
+from treeroll.backends.hf.kv_trie import KV, KVTrie
 from treeroll.backends.weights import model_device, take_weights
 from treeroll.base import Completion, GenerationRequest, SamplingParams
 
-__all__ = ["HFBackend", "KVTrie"]  # KVTrie lives in treeroll.backends.kv_trie
+__all__ = ["HFBackend"]
 
 class HFBackend:
     """Generation with a transformers causal LM on the CPU (or one GPU), KV reuse included.
@@ -321,7 +321,7 @@ class HFBackend:
     def _pack_past(kvs: list[list[KV]], lengths: list[int]) -> tuple[Any, torch.Tensor]:
         """Left-pad cached prefixes (``lengths[b]`` tokens each, given as pieces that are
         copied straight into place) into one cache and its mask."""
-        from treeroll.backends.hf_cache import growing_cache, room_for  # imports transformers
+        from treeroll.backends.hf.cache import growing_cache, room_for  # imports transformers
 
         batch, past = len(lengths), max(lengths)
         mask = torch.zeros(batch, past, dtype=torch.long)

@@ -4,7 +4,7 @@
 prompt as ids, ``return_tokens``, ``n_probs`` with ``post_sampling_probs``, ``seed``), one
 HTTP request per sequence and ``concurrency`` of them in flight, which the server decodes
 together in its slots. :class:`ManagedLlamaCpp` also owns the server: it writes the policy as
-GGUF (:func:`treeroll.backends.gguf.export_gguf`), starts the process, and on a weight update
+GGUF (:func:`treeroll.backends.llamacpp.gguf.export_gguf`), starts the process, and on a weight update
 writes the new weights and restarts it, so nothing cached under old weights can be served.
 
 What the server is asked for, and why:
@@ -34,9 +34,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from treeroll.backends.gguf import export_gguf
 from treeroll.backends.http import ServerError, get_json, map_concurrently, post_json
-from treeroll.backends.llamacpp_server import LlamaServer, server_binary, source_dir
+from treeroll.backends.llamacpp.gguf import export_gguf
+from treeroll.backends.llamacpp.server import LlamaServer, server_binary, source_dir
 from treeroll.backends.weights import take_weights
 from treeroll.base import Completion, GenerationRequest, SamplingParams
 

@@ -12,12 +12,18 @@ import yaml
 from rich.markup import escape
 from rich.tree import Tree as RichTree
 
+from treeroll.assemble import (
+    assemble,
+    make_backend,
+    make_env_factory,
+    make_strategy,
+    scorer_name_for,
+)
 from treeroll.base import Env, GenerationBackend
 from treeroll.config import TrainConfig, load_config
+from treeroll.engine.rollout import rollout
 from treeroll.formatting import TurnFormat
-from treeroll.plugins import make_backend, make_env_factory, make_strategy, scorer_name_for
 from treeroll.policies import Policy, build_policy, check_context_length
-from treeroll.rollout import rollout
 from treeroll.strategies import PATR
 from treeroll.training.evaluation import task_pools
 from treeroll.training.runfolder import read_checkpoint
@@ -146,13 +152,9 @@ def build_one_tree(config: TrainConfig, task_seed: int, run_dir: Path | None = N
     ``run_dir``, sampled by that run's trained policy (``config`` still decides the rest:
     ``treeroll rollout --run`` starts it from the run's own ``config.yaml``)."""
     backend, turn_format, make_env = _policy_for(config, run_dir)
-    scorer = None
-    if config.scorer.name:
-        from treeroll.scorers import make_scorer
-
-        scorer = make_scorer(config.scorer)
-    batch = rollout([task_seed], make_env, backend, turn_format, make_strategy(config.strategy),
-                    config=config.rollout, scorer=scorer, seed=config.seed)
+    parts = assemble(config, make_env=make_env)
+    batch = rollout([task_seed], make_env, backend, turn_format, parts.strategy,
+                    config=config.rollout, scorer=parts.scorer, seed=config.seed)
     tree = batch.trees[0]
     tree.meta["timing"] = batch.timing
     return tree

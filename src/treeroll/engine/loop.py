@@ -69,7 +69,6 @@ from typing import Any
 
 import numpy as np
 
-from treeroll.allocators import UniformAllocator
 from treeroll.base import (
     Allocator,
     Completion,
@@ -89,8 +88,9 @@ from treeroll.base import (
     StreamingBackend,
     UnitStrategy,
 )
-from treeroll.budgets import add_budget, clip_order, token_caps
-from treeroll.faults import ENV_ERROR, ContainedScorer, describe, fail, safe_step, timed_step
+from treeroll.engine.allocators import UniformAllocator
+from treeroll.engine.budgets import add_budget, clip_order, token_caps
+from treeroll.engine.faults import ENV_ERROR, ContainedScorer, describe, fail, safe_step, timed_step
 from treeroll.formatting import TurnFormat
 from treeroll.tree import Node, NodeStatus, RolloutTree
 
@@ -471,7 +471,7 @@ def run_engine(tasks: Sequence[int] | np.ndarray, make_env: Callable[[], Env],
                on_turn: Callable[[int, int], None] | None, allocator: Allocator | None,
                timing: dict[str, float]) -> tuple[list[RolloutTree], list[StrategyContext], int]:
     """Grow one tree per task seed; returns the trees, their contexts and the number of
-    backend calls. :func:`treeroll.rollout.rollout` is the entry point that wraps this."""
+    backend calls. :func:`treeroll.engine.rollout.rollout` is the entry point that wraps this."""
     extras = (strategy.sampling_extras() if isinstance(strategy, SamplingStrategy)
               else SamplingExtras())
     params = SamplingParams(temperature=config.temperature, top_p=config.top_p,
@@ -500,7 +500,7 @@ def run_engine(tasks: Sequence[int] | np.ndarray, make_env: Callable[[], Env],
             tree.root.note = f"the environment's reset raised {error}"
         tree.meta["strategy"] = getattr(strategy, "name", type(strategy).__name__)
         # Unsynchronised, a tree's strategy seed comes from (seed, tree id) alone, so a tree
-        # grows the same whichever batch or worker it is in (treeroll.distributed relies on
+        # grows the same whichever batch or worker it is in (treeroll.cli.ray_workers relies on
         # it); synchronous rounds draw it in task order, as the lockstep loop did.
         ctx_seed = int(rng.integers(2**63)) if config.synchronous else \
             int(np.random.SeedSequence([seed, first_group_id + i, 0x7EE]).generate_state(

@@ -32,8 +32,8 @@ import torch
 import yaml
 
 from treeroll.checks import checked, validate
+from treeroll.cli.efficiency import target_section
 from treeroll.config import TrainConfig, check_config, config_to_dict
-from treeroll.efficiency import target_section
 from treeroll.training.evaluation import Reporter
 from treeroll.training.runfolder import config_differences, finished_steps
 from treeroll.training.trainer import train

@@ -1,12 +1,12 @@
 """The one rollout entry point every strategy runs on.
 
 For a batch of tasks :func:`rollout` grows one :class:`~treeroll.tree.RolloutTree` per task on
-the engine in :mod:`treeroll.engine`: each tree's strategy returns a *frontier* (the nodes to
+the engine in :mod:`treeroll.engine.loop`: each tree's strategy returns a *frontier* (the nodes to
 extend, a node listed ``k`` times branching into ``k`` children), the engine clips it to the
 tree's budget, sends its entries to the backend as exact token prefixes as soon as they are
 ready, steps a (forked) environment per entry, and records the children. Strategies only
 decide *where*; the engine does the rest, so chains, Tree-GRPO, PATR and the others are thin.
-The budget rule and the synchronous mode are described in :mod:`treeroll.engine`.
+The budget rule and the synchronous mode are described in :mod:`treeroll.engine.loop`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from treeroll.base import (
     StreamingBackend,
 )
 from treeroll.checks import checked, validate
-from treeroll.engine import run_engine
+from treeroll.engine.loop import run_engine
 from treeroll.formatting import TurnFormat
 from treeroll.tree import Node, RolloutTree
 
@@ -61,7 +61,7 @@ class RolloutConfig:
     environment step of the last one and each tree advances as one unit (Tree-GRPO expands
     all M trees after all M chains have ended); token for token the loop every figure before
     the engine was measured with. False: each unit advances on its own (Tree-GRPO expands
-    tree i as soon as its chain ends; :mod:`treeroll.engine`), which pays off with slow
+    tree i as soon as its chain ends; :mod:`treeroll.engine.loop`), which pays off with slow
     environments (``env_workers``) or a server backend; on in-process FrozenLake rollouts it
     is as fast per generated token (``bench/engine_step.py``), not faster, hence the
     default."""
@@ -119,7 +119,7 @@ def rollout(
     on_turn: Callable[[int, int], None] | None = None,
     allocator: Allocator | None = None,
 ) -> RolloutBatch:
-    """Grow one tree per task seed in ``tasks`` (see :mod:`treeroll.engine`).
+    """Grow one tree per task seed in ``tasks`` (see :mod:`treeroll.engine.loop`).
 
     ``allocator`` decides each tree's budget (default: ``config.max_leaves`` and
     ``config.max_generated_tokens`` for every tree, once); ``on_turn(calls, ready)`` is

@@ -71,7 +71,7 @@ def server_binary(*, build: bool = True, log: Path | None = None) -> Path:
         return binary
     if not build:
         raise FileNotFoundError(f"no llama-server at {binary}; build it with "
-                                "`python -m treeroll.backends.llamacpp_server` or set "
+                                "`python -m treeroll.backends.llamacpp.server` or set "
                                 "TREEROLL_LLAMA_SERVER")
     cache_dir().mkdir(parents=True, exist_ok=True)
     with open(cache_dir() / ".lock", "w") as lock:

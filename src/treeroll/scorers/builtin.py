@@ -16,7 +16,7 @@ after the node's step; PATR scores active nodes while it is still there) and its
   0-10; :func:`parse_rating` reads its reply.
 * :class:`Blend` (``blend``, :func:`blend`) -- ``lam * a + (1 - lam) * b``.
 
-Scoring cost: the rollout engine wraps the scorer in :class:`treeroll.rollout.TimedScorer`
+Scoring cost: the rollout engine wraps the scorer in :class:`treeroll.engine.rollout.TimedScorer`
 (wall time, calls, nodes); the judge also counts the tokens it made its backend compute.
 """
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -40,9 +40,6 @@ from treeroll.formatting import TurnFormat
 from treeroll.strategies import action_key
 from treeroll.tree import Node, RolloutTree, leaves, path_to, trajectory_reward
 
-if TYPE_CHECKING:
-    from treeroll.config import ScorerConfig
-
 __all__ = [
     "JUDGE_PROMPT",
     "Blend",
@@ -51,7 +48,6 @@ __all__ = [
     "JudgeScorer",
     "ValueScorer",
     "blend",
-    "make_scorer",
     "parse_rating",
     "trajectory_features",
 ]
@@ -601,72 +597,3 @@ class Blend:
 def blend(a: ProcessScorer, b: ProcessScorer, lam: float) -> Blend:
     """``lam * a + (1 - lam) * b``, checked to lie in ``[0, 1]``."""
     return Blend(a, b, lam)
-
-
-# --------------------------------------------------------------------------------------------
-# Builders (registered in treeroll.plugins.SCORERS) and make_scorer
-# --------------------------------------------------------------------------------------------
-
-
-def build_frozenlake_progress(config: ScorerConfig, **context: Any) -> ProcessScorer:
-    """``frozenlake_progress`` with its defaults."""
-    return FrozenLakeProgress()
-
-
-def build_degeneracy(config: ScorerConfig, **context: Any) -> ProcessScorer:
-    """``degeneracy`` with its defaults."""
-    return Degeneracy()
-
-
-def build_value(config: ScorerConfig, **context: Any) -> ProcessScorer:
-    """``value``: an untrained value scorer (the trainer feeds it with ``observe``)."""
-    return ValueScorer(seed=int(context.get("seed", 0)))
-
-
-def build_judge(config: ScorerConfig, *, backend: GenerationBackend | None = None,
-                turn_format: TurnFormat | None = None, **context: Any) -> ProcessScorer:
-    """``judge`` on ``backend`` / ``turn_format`` if given, else on the local model at
-    ``config.judge_model_path``."""
-    if backend is None or turn_format is None:
-        path = getattr(config, "judge_model_path", None)
-        if not path:
-            raise ValueError("the judge scorer needs a model: set scorer.judge_model_path to a "
-                             "local model directory (or pass backend= and turn_format=)")
-        from treeroll.backends.hf import HFBackend
-        from treeroll.backends.local import load_policy_files
-
-        model, tokenizer = load_policy_files(path)
-        backend = HFBackend(model.eval(), pad_token_id=tokenizer.pad_token_id or 0)
-        turn_format = TurnFormat(tokenizer)
-    return JudgeScorer(backend, turn_format)
-
-
-def build_blend(config: ScorerConfig, **context: Any) -> ProcessScorer:
-    """``blend`` of ``config.blend_a`` and ``config.blend_b`` with weight ``blend_lambda``."""
-    if "blend" in (config.blend_a, config.blend_b):
-        raise ValueError("scorer.blend_a and scorer.blend_b must name scorers other than blend")
-    from dataclasses import replace
-
-    first = make_scorer(replace(config, name=config.blend_a), **context)
-    second = make_scorer(replace(config, name=config.blend_b), **context)
-    return blend(first, second, config.blend_lambda)
-
-
-def make_scorer(config: ScorerConfig, **context: Any) -> ProcessScorer:
-    """The scorer named by ``config.name``: a registered name (``treeroll.plugins.SCORERS``)
-    or ``package.module:object`` (a scorer instance, or a class or builder given the
-    ``scorer.options`` block).
-
-    ``context`` (keyword-only) passes run objects some scorers need, e.g. ``backend=`` and
-    ``turn_format=`` for ``judge``.
-    """
-    from treeroll.plugins import SCORERS
-    from treeroll.registry import build_user_plugin
-
-    if not config.name:
-        raise ValueError("scorer.name is not set; valid: " + ", ".join(SCORERS.names()))
-    if config.name in SCORERS:
-        return SCORERS.get(config.name)(config, **context)
-    obj: Any = SCORERS.get(config.name)  # an import path, or raises listing the valid names
-    made: ProcessScorer = build_user_plugin(obj, config.options, "scorer")
-    return made

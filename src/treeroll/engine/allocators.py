@@ -25,7 +25,7 @@ treeroll's reading where the paper's summary is silent:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,9 +33,10 @@ import numpy as np
 
 from treeroll.base import Allocator, Budget
 from treeroll.checks import checked
+from treeroll.registry import Registry
 from treeroll.tree import RolloutTree, leaf_rewards, leaves
 
-__all__ = ["AllocatorConfig", "UniformAllocator", "Vigor", "VigorConfig", "build_vigor"]
+__all__ = ["ALLOCATORS", "AllocatorConfig", "UniformAllocator", "Vigor", "VigorConfig", "build_vigor", "make_allocator"]
 
 
 @dataclass
@@ -60,7 +61,7 @@ class AllocatorConfig:
 
     name: str = "uniform"
     """``uniform`` (every task ``rollout.max_leaves`` / ``max_generated_tokens``), ``vigor``
-    (``treeroll.plugins.ALLOCATORS``)."""
+    (``treeroll.assemble.ALLOCATORS``)."""
     vigor: VigorConfig = field(default_factory=VigorConfig)
 
 
@@ -136,10 +137,26 @@ class Vigor:
 
 def build_vigor(config: AllocatorConfig, rollout: Any) -> Allocator:
     """VIGOR for one batch, redistributing ``rollout``'s per-task budget (a
-    :class:`treeroll.rollout.RolloutConfig`); it needs a leaf budget and says so."""
+    :class:`treeroll.engine.rollout.RolloutConfig`); it needs a leaf budget and says so."""
     group = config.vigor.group or rollout.max_leaves
     if group is None:
         raise ValueError("VIGOR redistributes a per-task leaf budget: set "
                          "--rollout.max-leaves (or --allocator.vigor.group) to the uniform "
                          "leaves per task")
     return Vigor(config.vigor, group, rollout.max_generated_tokens)
+
+
+AllocatorBuilder = Callable[[Any, Any], Allocator | None]
+ALLOCATORS: Registry[AllocatorBuilder] = Registry("allocator")
+"""Allocator name -> ``builder(allocator_config, rollout_config)`` of a fresh allocator for one
+batch (``None``: ``rollout()``'s uniform default)."""
+ALLOCATORS.register("uniform", lambda config, rollout: None)
+ALLOCATORS.register("vigor", build_vigor)
+
+
+def make_allocator(allocator_config: Any, rollout_config: Any) -> Allocator | None:
+    """A fresh allocator for one batch, named by ``allocator_config.name`` (errors name the
+    setting); ``None`` for the uniform default."""
+    made: Allocator | None = ALLOCATORS.get(allocator_config.name)(allocator_config,
+                                                                     rollout_config)
+    return made

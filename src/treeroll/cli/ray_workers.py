@@ -6,7 +6,7 @@ default) and its environments, and grows its share's trees with the single-proce
 A task's whole tree is grown in one actor, so a group is never split across workers; the
 trees come back in task order with the tree ids the single-process run would give them.
 
-Results are the trees :func:`treeroll.rollout.rollout` grows in one process for the same seed
+Results are the trees :func:`treeroll.engine.rollout.rollout` grows in one process for the same seed
 (:func:`same_trees`: the same tokens, texts, rewards and shapes, logprobs equal within float
 rounding) when the engine is unsynchronised (``RolloutConfig.synchronous = False``): there each
 tree's request seeds and strategy seed come from ``(seed, tree id, ...)`` alone, and a seeded
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from treeroll.base import Env, Strategy
-from treeroll.rollout import RolloutBatch, RolloutConfig, rollout
+from treeroll.engine.rollout import RolloutBatch, RolloutConfig, rollout
 from treeroll.tree import tree_from_dict, tree_to_dict
 
 __all__ = ["RayRollout", "RolloutWorker", "same_trees", "shares"]
@@ -101,11 +101,11 @@ class RolloutWorker:
         self.policy, self.make_env, self.strategy, self.config = (policy, make_env, strategy,
                                                                   config)
         self.turns = policy.turn_format()
-        if make_backend is None:
-            from treeroll.backends.hf import HFBackend
+        if make_backend is None:  # the default backend, through its registry
+            from treeroll.backends import BackendConfig
+            from treeroll.backends import make_backend as build
 
-            self.backend = HFBackend(policy.model, pad_token_id=policy.tokenizer.pad_token_id
-                                     or 0)
+            self.backend = build(BackendConfig(), policy)
         else:
             self.backend = make_backend(policy)
 
@@ -122,7 +122,7 @@ class RolloutWorker:
 
     def load_weights(self, state_dict: dict[str, Any]) -> None:
         """Take new weights; nothing cached under the old ones is used again."""
-        from treeroll.plugins import sync_weights
+        from treeroll.assemble import sync_weights
 
         self.policy.model.load_state_dict(state_dict)
         sync_weights(self.backend, self.policy.model)
@@ -159,7 +159,7 @@ class RayRollout:
         if allocator is not None:
             raise ValueError("RayRollout grows each worker's share on its own: a batch-wide "
                              "allocator (VIGOR) needs every tree in one process; use "
-                             "treeroll.rollout.rollout")
+                             "treeroll.engine.rollout.rollout")
         start = time.perf_counter()
         tasks = [int(t) for t in tasks]
         parts = shares(len(tasks), len(self.workers))

@@ -11,16 +11,32 @@ stores the finished ones' KV in the trie and forwards the continuing rows one to
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from treeroll.base import Completion, SamplingParams
 
-if TYPE_CHECKING:
-    from treeroll.backends.hf import HFBackend
+__all__ = ["DecodeBatch", "DecodeHost", "Prefilled"]
 
-__all__ = ["DecodeBatch", "Prefilled"]
+
+class DecodeHost(Protocol):
+    """What a :class:`DecodeBatch` needs of the backend that runs it (``HFBackend``): its
+    forward, sampler, KV store and kept logits, declared here so that the batch does not
+    import the backend that imports it."""
+
+    use_prefix_cache: bool
+    replay: bool
+    stats: dict[str, int]
+
+    def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
+                 cache: Any) -> torch.Tensor: ...
+
+    def _sample(self, logits: torch.Tensor, rows: Any, params: SamplingParams) -> Any: ...
+
+    def _keep(self, context: tuple[int, ...], logits: torch.Tensor) -> None: ...
+
+    def _store(self, row: Any, cache: Any, mask: torch.Tensor, b: int) -> None: ...
 
 
 @dataclass
@@ -77,7 +93,7 @@ class DecodeBatch:
     samples part. Each request samples with its own generator from its row's logits, so its
     tokens are those it would sample alone given those logits."""
 
-    def __init__(self, backend: HFBackend, params: SamplingParams) -> None:
+    def __init__(self, backend: DecodeHost, params: SamplingParams) -> None:
         self.backend, self.params = backend, params
         self.rows: list[_Row] = []
         self.row_of: list[int] = []  # request -> batch row
@@ -98,7 +114,7 @@ class DecodeBatch:
             self.cache, self.mask = new.cache, new.mask
             self.next_pos, self.logits = new.next_pos, new.logits
             return
-        from treeroll.backends.hf_cache import growing_cache, room_for  # imports transformers
+        from treeroll.backends.hf.cache import growing_cache, room_for  # imports transformers
 
         offset = self.mask.shape[0]
         past = max(self.mask.shape[1], new.mask.shape[1])
