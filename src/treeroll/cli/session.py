@@ -53,8 +53,8 @@ def apply_shortcuts(config: TrainConfig, *, env: str | None, strategy: str | Non
     if swe and config.rollout.max_turn_tokens < 4096:
         config.rollout = replace(config.rollout, max_turn_tokens=4096)
     if swe and config.strategy.patr.k_turns == PATR.k_turns:
-        config.strategy = replace(config.strategy,
-                                  patr=replace(config.strategy.patr, k_turns=13))
+        patr = replace(config.strategy.patr, k_turns=13)
+        config.strategy = replace(config.strategy, **{"patr": patr})  # a registered block
     return config
 
 
