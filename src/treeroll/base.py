@@ -23,7 +23,16 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from treeroll.environment import Env, ExpertEnv, ExpertReply, StepResult
+from treeroll.environment import (
+    Env,
+    ExampleEnv,
+    ExpertEnv,
+    ExpertReply,
+    GridEnv,
+    StepResult,
+    TurnLimitedEnv,
+    VocabularyEnv,
+)
 
 if TYPE_CHECKING:
     from treeroll.tree import Node, RolloutTree
@@ -35,12 +44,16 @@ __all__ = [
     "Budget",
     "Completion",
     "Env",
+    "ExampleEnv",
     "ExpertEnv",
     "ExpertReply",
     "ExtendableStrategy",
     "FinishingStrategy",
     "GenerationBackend",
     "GenerationRequest",
+    "GridEnv",
+    "LearningScorer",
+    "Named",
     "ProcessScorer",
     "SamplingExtras",
     "SamplingParams",
@@ -51,8 +64,11 @@ __all__ = [
     "StepResult",
     "Strategy",
     "StrategyContext",
+    "TurnLimitedEnv",
     "UnitStrategy",
     "UpdatableBackend",
+    "VocabularyEnv",
+    "plugin_name",
 ]
 
 
@@ -211,6 +227,28 @@ class ProcessScorer(Protocol):
 # --------------------------------------------------------------------------------------------
 # Rollout strategies
 # --------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class LearningScorer(ProcessScorer, Protocol):
+    """A :class:`ProcessScorer` that learns from finished trees (optional: the value scorer;
+    the trainer hands it each step's trees)."""
+
+    def observe(self, trees: Sequence[RolloutTree]) -> Any:
+        """Learn from the finished ``trees`` (their leaves' rewards)."""
+        ...
+
+
+@runtime_checkable
+class Named(Protocol):
+    """A plug-in that says its registered name (the built-in strategies do)."""
+
+    name: str
+
+
+def plugin_name(plugin: object) -> str:
+    """``plugin.name`` for a :class:`Named` plug-in, else its class name (for records)."""
+    return str(plugin.name) if isinstance(plugin, Named) else type(plugin).__name__
 
 
 @dataclass

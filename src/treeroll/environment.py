@@ -11,7 +11,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Env", "ExpertEnv", "ExpertReply", "StepResult"]
+__all__ = ["Env", "ExampleEnv", "ExpertEnv", "ExpertReply", "GridEnv", "StepResult",
+           "TurnLimitedEnv", "VocabularyEnv"]
 
 
 StepResult = tuple[str, float, bool, bool, dict[str, Any]]
@@ -77,4 +78,46 @@ class ExpertEnv(Env, Protocol):
         an expert that cannot raises ``ValueError`` naming what it can do. Draws only from
         ``rng`` (never from the environment's own RNG, so demonstrating does not change the
         episode)."""
+        ...
+
+
+@runtime_checkable
+class TurnLimitedEnv(Env, Protocol):
+    """An :class:`Env` that says how many turns an episode takes at most (optional: the
+    context check sizes the longest context with it, and says nothing without it)."""
+
+    @property
+    def turn_limit(self) -> int:
+        """The most turns the current episode may take."""
+        ...
+
+
+@runtime_checkable
+class VocabularyEnv(Env, Protocol):
+    """An :class:`Env` that can list texts covering its vocabulary (optional: a from-scratch
+    policy builds its word-level tokenizer from them)."""
+
+    def vocabulary_texts(self) -> list[str]:
+        """Prompts and observations covering every word the environment writes."""
+        ...
+
+
+@runtime_checkable
+class GridEnv(Env, Protocol):
+    """An :class:`Env` on square maps (optional: the ``cell_coordinates`` view adds a word
+    per cell of the largest map to a from-scratch tokenizer)."""
+
+    @property
+    def largest_side(self) -> int:
+        """The side of the largest map the environment draws."""
+        ...
+
+
+@runtime_checkable
+class ExampleEnv(Env, Protocol):
+    """An :class:`Env` that can write a plausible reply (optional: ``check_env`` steps with
+    them; without, it steps with malformed replies only)."""
+
+    def example_reply(self, rng: np.random.Generator) -> str:
+        """A well-formed reply drawn from ``rng``."""
         ...

@@ -56,6 +56,16 @@ class Registry(Generic[T]):
         raise ValueError(f"unknown {self.kind} {name!r}; valid: {', '.join(sorted(self._items))}"
                          " (or 'package.module:object' for your own)")
 
+    def load_entry_points(self, group: str) -> None:
+        """Register every plug-in that installed packages declare in the entry-point
+        ``group`` (``[project.entry-points."treeroll.strategies"]`` in a package's
+        ``pyproject.toml``: ``name = "package.module:Class"``); a built-in name wins."""
+        from importlib.metadata import entry_points
+
+        for point in entry_points(group=group):
+            if point.name not in self._items:
+                self.register(point.name, point.load())
+
     def names(self) -> list[str]:
         """Registered names, sorted."""
         return sorted(self._items)
@@ -117,18 +127,18 @@ def build_user_plugin(obj: Any, options: Mapping[str, str], where: str, *args: A
     return obj
 
 
-def plugin_section(base: type[T], blocks: Mapping[str, type]) -> type[T]:
+def plugin_section(base: type[T], blocks: Mapping[str, type], name: str) -> type[T]:
     """A config section made from a registry: ``base`` (a dataclass holding the section's own
     fields, such as ``name`` and ``options``) with one more field per registered plug-in that
     has settings, named as it is registered and defaulting to that plug-in's config dataclass.
 
     So a plug-in's settings are declared once, beside the plug-in (a strategy's dataclass *is*
     its config), and ``strategy.patr.k`` in YAML or ``--strategy.patr.k`` on the command line
-    reach it without the section listing plug-ins by hand. The class keeps ``base``'s name,
-    module and docstring (pickling finds it where the module stores it)."""
+    reach it without the section listing plug-ins by hand. The class keeps ``base``'s module
+    and docstring."""
     fields = [(key, block, dataclasses.field(default_factory=block))
               for key, block in blocks.items()]
-    made = dataclasses.make_dataclass(base.__name__, fields, bases=(base,),
+    made = dataclasses.make_dataclass(name, fields, bases=(base,),
                                       namespace={"__doc__": base.__doc__})
-    made.__module__ = base.__module__
+    made.__module__, made.__qualname__ = base.__module__, name
     return made

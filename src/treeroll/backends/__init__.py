@@ -126,7 +126,7 @@ if TYPE_CHECKING:
 else:
     BackendConfig = plugin_section(BackendSection, {
         name: plugin.config for name in BACKENDS
-        if (plugin := BACKENDS.get(name)).config is not None})
+        if (plugin := BACKENDS.get(name)).config is not None}, "BackendConfig")
 
 
 def backend_streams(name: str) -> bool | None:

@@ -59,7 +59,6 @@ changing.
 
 from __future__ import annotations
 
-import enum
 import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
@@ -87,6 +86,7 @@ from treeroll.base import (
     StrategyContext,
     StreamingBackend,
     UnitStrategy,
+    plugin_name,
 )
 from treeroll.engine.allocators import UniformAllocator
 from treeroll.engine.budgets import add_budget, clip_order, token_caps
@@ -94,16 +94,8 @@ from treeroll.engine.faults import ENV_ERROR, ContainedScorer, describe, fail, s
 from treeroll.formatting import TurnFormat
 from treeroll.tree import Node, NodeStatus, RolloutTree
 
-__all__ = ["BranchState", "UniformAllocator", "run_engine"]  # UniformAllocator: re-exported
+__all__ = ["run_engine"]
 
-
-
-class BranchState(enum.Enum):
-    """Where a branch is: waiting for the model, for its environment, or done."""
-
-    WAITING_MODEL = "waiting_model"
-    WAITING_ENV = "waiting_env"
-    DONE = "done"
 
 
 @dataclass(eq=False)
@@ -127,7 +119,6 @@ class _Branch:
     env: Env
     seed: int | None = None
     path: tuple[int, ...] = ()
-    state: BranchState = BranchState.WAITING_MODEL
     completion: Completion | None = None
     action_text: str = ""
     future: Future[tuple[StepResult, float]] | None = None
@@ -248,7 +239,6 @@ class _Engine:
         """The branch's reply is in: step its environment (inline, or on the pool)."""
         branch.completion = completion
         branch.action_text = self.turn_format.decode_action(completion.token_ids)
-        branch.state = BranchState.WAITING_ENV
         if self.pool is None:
             tick = time.perf_counter()
             branch.result = safe_step(branch.env, branch.action_text)
@@ -334,7 +324,6 @@ class _Engine:
         run.in_flight.remove(branch)
         run.paths[child.id] = branch.path
         branch.unit.created[branch.position] = child
-        branch.state = BranchState.DONE
 
     def _finish_units(self, t: int, units: list[_Unit]) -> None:
         """The strategy's ``step`` for each unit of tree ``t`` that is back; the frontiers
@@ -498,7 +487,7 @@ def run_engine(tasks: Sequence[int] | np.ndarray, make_env: Callable[[], Env],
         if error is not None:
             tree.root.status, tree.root.env = NodeStatus.FAILED, None
             tree.root.note = f"the environment's reset raised {error}"
-        tree.meta["strategy"] = getattr(strategy, "name", type(strategy).__name__)
+        tree.meta["strategy"] = plugin_name(strategy)
         # Unsynchronised, a tree's strategy seed comes from (seed, tree id) alone, so a tree
         # grows the same whichever batch or worker it is in (treeroll.cli.ray_workers relies on
         # it); synchronous rounds draw it in task order, as the lockstep loop did.

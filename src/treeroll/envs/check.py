@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from treeroll.base import Env, StepResult
+from treeroll.base import Env, ExampleEnv, StepResult
 
 __all__ = ["MALFORMED_REPLIES", "EnvCheckError", "check_env"]
 
@@ -72,7 +72,7 @@ def check_env(
 def _plan(probe: Env, seed: int, n_steps: int, replies: Sequence[str] | None) -> list[str]:
     """A fixed list of replies to step with (the same for original, fork and replays)."""
     rng = np.random.default_rng(seed)
-    example = getattr(probe, "example_reply", None)
+    example = probe.example_reply if isinstance(probe, ExampleEnv) else None
     plan = []
     for _ in range(n_steps):
         if rng.random() < 0.2:

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from treeroll.base import Env
+from treeroll.base import Env, GridEnv, TurnLimitedEnv, VocabularyEnv
 from treeroll.formatting import TurnFormat
 from treeroll.policies.model import build_model, build_word_tokenizer, load_policy_files
 from treeroll.views import CELL_WORD_PATTERN, VIEWS
@@ -216,7 +216,7 @@ def build_policy(init: str | None, model_config: Any, view: str | None,
         tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
     else:
         env = make_env()
-        texts = env.vocabulary_texts() if hasattr(env, "vocabulary_texts") else []
+        texts = env.vocabulary_texts() if isinstance(env, VocabularyEnv) else []
         if not texts:
             raise ValueError("the environment has no vocabulary_texts(); pass policy.init "
                              "with a policy folder of your own")
@@ -225,8 +225,8 @@ def build_policy(init: str | None, model_config: Any, view: str | None,
         if view.startswith("cell_coordinates"):
             # every cell word of the largest map this environment draws (FrozenLake's
             # size_max; 9, rLLM's largest, for an environment that does not say)
-            config = getattr(env, "config", None)
-            texts += [_every_cell_word(int(getattr(config, "size_max", 9)))]
+            side = env.largest_side if isinstance(env, GridEnv) else 9
+            texts += [_every_cell_word(int(side))]
             extra = CELL_WORD_PATTERN
         tokenizer = build_word_tokenizer(texts, extra_pattern=extra)
     model = build_model(len(tokenizer), model_config, pad_token_id=tokenizer.pad_token_id,
@@ -288,15 +288,15 @@ def longest_context(turn_format: TurnFormat, make_env: Callable[[], Env],
     """The longest context an episode can reach on these task seeds, and how it adds up: the
     first prompt, then per turn a full reply (``max_turn_tokens``) and an observation as long
     as the longer of the first one and the one after an empty reply (an error message).
-    ``(0, "")`` when the environment says nothing of its turn limit (``turn_limit`` or
-    ``max_turns``)."""
+    ``(0, "")`` when the environment says nothing of its turn limit (it is not a
+    :class:`~treeroll.base.TurnLimitedEnv`)."""
     longest, how = 0, ""
     for seed in seeds:
         env = make_env()
         first = env.reset(int(seed))
-        turns = getattr(env, "turn_limit", None) or getattr(env, "max_turns", None)
-        if not isinstance(turns, int):
+        if not isinstance(env, TurnLimitedEnv):
             return 0, ""
+        turns = env.turn_limit
         prompt, _ = turn_format.prompt(env.system_prompt, first)
         after_empty = env.fork().step("")[0]
         observed = max(len(turn_format.observation(text, True)[0])

@@ -80,7 +80,7 @@ def build_judge(config: ScorerConfig, *, backend: GenerationBackend | None = Non
     """``judge`` on ``backend`` / ``turn_format`` if given, else on the local model at
     ``config.judge_model_path``."""
     if backend is None or turn_format is None:
-        path = getattr(config, "judge_model_path", None)
+        path = config.judge_model_path
         if not path:
             raise ValueError("the judge scorer needs a model: set scorer.judge_model_path to a "
                              "local model directory (or pass backend= and turn_format=)")

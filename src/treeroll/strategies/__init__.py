@@ -13,7 +13,8 @@ the frontier they return (:mod:`treeroll.engine.loop` runs it):
 * ``igrpo`` -- IGRPO: branch where the expected information gain is highest.
 
 Adding one: a module here with the dataclass, and one ``STRATEGIES.register`` line below
-(ARCHITECTURE.md walks through it). Its settings then appear as ``strategy.<name>.*``.
+(ARCHITECTURE.md walks through it); or, from a package of your own, the module and one
+``treeroll.strategies`` entry point. Its settings then appear as ``strategy.<name>.*``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ STRATEGIES.register("random_tree", RandomTree)
 STRATEGIES.register("arpo", ARPO)
 STRATEGIES.register("rtpo", RTPO)
 STRATEGIES.register("igrpo", IGRPO)
+STRATEGIES.load_entry_points("treeroll.strategies")  # installed packages' own strategies
 
 
 @dataclass
@@ -66,7 +68,8 @@ class StrategySection:
 if TYPE_CHECKING:
     StrategyConfig = StrategySection
 else:
-    StrategyConfig = plugin_section(StrategySection, {n: STRATEGIES.get(n) for n in STRATEGIES})
+    StrategyConfig = plugin_section(StrategySection, {n: STRATEGIES.get(n) for n in STRATEGIES},
+                                    "StrategyConfig")
 
 
 def make_strategy(strategy_config: Any) -> Strategy:

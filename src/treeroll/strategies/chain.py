@@ -12,6 +12,7 @@ from treeroll.tree import Node, RolloutTree
 
 __all__ = ["Chain"]
 
+
 @dataclass
 class Chain:
     """G independent trajectories per task (GRPO's group)."""

@@ -15,6 +15,7 @@ from treeroll.tree import Node, NodeStatus, RolloutTree
 
 __all__ = ["PATR"]
 
+
 @dataclass
 class PATR:
     """Process-scorer guided Adaptive Tree Rollout (ALGORITHMS.md section 3).

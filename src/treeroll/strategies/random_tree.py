@@ -10,6 +10,7 @@ from treeroll.strategies.patr import PATR
 
 __all__ = ["RandomTree"]
 
+
 @dataclass
 class RandomTree(PATR):
     """PATR's schedule with random scores and no score pruning (the paper's random tree)."""

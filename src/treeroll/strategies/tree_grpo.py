@@ -17,6 +17,7 @@ from treeroll.tree import Node, NodeStatus, RolloutTree, subtree_index
 
 __all__ = ["TreeGRPO"]
 
+
 @dataclass
 class TreeGRPO:
     """Tree-GRPO's random branching: group size ``m * (l * n + 1)`` before ``k`` and budget.

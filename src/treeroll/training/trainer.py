@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from treeroll.assemble import assemble, sync_weights
-from treeroll.base import BatchAdvantageEstimator
+from treeroll.base import BatchAdvantageEstimator, LearningScorer, plugin_name
 from treeroll.checks import check_duration
 from treeroll.config import TrainConfig, check_config, config_to_dict
 from treeroll.credit.estimators import token_credit, weighted
@@ -227,7 +227,7 @@ class _Run:
         checkpoints the last finished step first (an update is never cut in half: Ctrl-C
         during one takes effect after it)."""
         config, run_dir = self.config, self.folder.path
-        name = getattr(self.strategy, "name", type(self.strategy).__name__)
+        name = plugin_name(self.strategy)
         self.reporter.phase(f"training with {name}", config.optim.steps)
         try:
             with self.scalars:
@@ -292,7 +292,7 @@ class _Run:
                         seed=int(self.rng.integers(2**62)),
                         first_group_id=step * config.optim.tasks_per_step)
         rollout_seconds = time.perf_counter() - tick
-        if self.scorer is not None and hasattr(self.scorer, "observe"):  # value scorer
+        if isinstance(self.scorer, LearningScorer):  # the value scorer
             self.scorer.observe(batch.trees)
         # 3. rewards and 4. advantages, per task group
         items = _train_items(batch.trees, self.estimator, config.optim.drop_zero_variance)
