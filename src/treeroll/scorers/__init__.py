@@ -1,7 +1,23 @@
 """Process scorers: PATR's feedback on partial trajectories (ALGORITHMS.md section 3).
 
-Every scorer implements :class:`treeroll.base.ProcessScorer` (the built-ins are in
-:mod:`treeroll.scorers.builtin`; the SWE environment's own is :mod:`treeroll.envs.swe.scorer`).
+Every scorer implements :class:`treeroll.base.ProcessScorer`: called with a tree and the nodes
+to score (batched), it returns one :class:`~treeroll.base.Score` per node, a value in ``[0, 1]``
+(higher = more promising) and a short reason. A node's state is ``node.env`` (the environment
+after the node's step; PATR scores active nodes while it is still there) and its path,
+``path_to(node)`` (action texts, ``info``, observation texts).
+
+The built-ins, a module each (helpers they share in :mod:`treeroll.scorers.common`):
+
+* :mod:`~treeroll.scorers.progress` -- :class:`FrozenLakeProgress` (``frozenlake_progress``).
+* :mod:`~treeroll.scorers.degeneracy` -- :class:`Degeneracy` (``degeneracy``).
+* :mod:`~treeroll.scorers.value` -- :class:`ValueScorer` (``value``), learned online.
+* :mod:`~treeroll.scorers.judge` -- :class:`JudgeScorer` (``judge``), an LLM judge.
+* :mod:`~treeroll.scorers.blend` -- :class:`Blend` (``blend``, :func:`blend`).
+
+The SWE environment's own scorer is :mod:`treeroll.envs.swe.scorer`. Scoring cost: the rollout
+engine wraps the scorer in :class:`treeroll.engine.rollout.TimedScorer` (wall time, calls,
+nodes); the judge also counts the tokens it made its backend compute.
+
 :data:`SCORERS` maps a name to a builder taking the :class:`ScorerConfig` and the run objects a
 scorer may need (``backend=``, ``turn_format=``, ``seed=``); :func:`make_scorer` builds one.
 Adding one: a class implementing the protocol, a builder, and one ``SCORERS.register`` line.
@@ -17,17 +33,11 @@ from treeroll.base import GenerationBackend, ProcessScorer
 from treeroll.checks import checked
 from treeroll.formatting import TurnFormat
 from treeroll.registry import Registry, build_user_plugin
-from treeroll.scorers.builtin import (
-    JUDGE_PROMPT,
-    Blend,
-    Degeneracy,
-    FrozenLakeProgress,
-    JudgeScorer,
-    ValueScorer,
-    blend,
-    parse_rating,
-    trajectory_features,
-)
+from treeroll.scorers.blend import Blend, blend
+from treeroll.scorers.degeneracy import Degeneracy
+from treeroll.scorers.judge import JUDGE_PROMPT, JudgeScorer, parse_rating
+from treeroll.scorers.progress import FrozenLakeProgress
+from treeroll.scorers.value import ValueScorer, trajectory_features
 
 __all__ = ["JUDGE_PROMPT", "SCORERS", "Blend", "Degeneracy", "FrozenLakeProgress",
            "JudgeScorer", "ScorerConfig", "ValueScorer", "blend", "make_scorer", "parse_rating",
