@@ -51,8 +51,8 @@ QUICK_STEPS = 24
 
 
 def dotted(settings: list[str]) -> dict:
-    """``["optim.lr=2e-4", "env.format_penalty=0.1"]`` as a nested config mapping (values read
-    as YAML)."""
+    """``["optim.lr=2e-4", "env.frozenlake.format_penalty=0.1"]`` as a nested config mapping
+    (values read as YAML)."""
     out: dict = {}
     for item in settings:
         key, _, value = item.partition("=")

@@ -53,10 +53,7 @@ from rollout_cost import compare  # noqa: E402
 from treeroll.assemble import make_env_factory  # noqa: E402
 from treeroll.backends.hf import HFBackend  # noqa: E402
 from treeroll.base import GenerationRequest, SamplingParams  # noqa: E402
-from treeroll.config import (
-    TrainConfig,
-    with_policy_defaults,
-)
+from treeroll.config import TrainConfig, with_policy_defaults  # noqa: E402
 from treeroll.engine.rollout import RolloutConfig  # noqa: E402
 from treeroll.envs import make_frozenlake  # noqa: E402
 from treeroll.policies import Policy, load_policy  # noqa: E402

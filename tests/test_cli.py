@@ -198,7 +198,8 @@ def test_sft_command_writes_metrics_and_a_loadable_policy(tmp_path: Path) -> Non
     args = ["sft", "--runs-dir", str(runs), "--name", "s", "--policy.init", "None",
             "--policy.model.hidden-size", "32", "--policy.model.num-layers", "1",
             "--policy.model.num-heads", "2", "--policy.model.intermediate-size", "64",
-            "--env.size-min", "2", "--env.size-max", "3", "--env.train-tasks", "50",
+            "--env.frozenlake.size-min", "2", "--env.frozenlake.size-max", "3",
+            "--env.train-tasks", "50",
             "--data.episodes-per-step", "2", "--optim.steps", "3", "--optim.warmup-steps", "0",
             "--log-every", "1", "--eval.tasks", "4", "--eval.every", "0"]
     result = _treeroll(*args)
@@ -214,7 +215,7 @@ def test_sft_command_writes_metrics_and_a_loadable_policy(tmp_path: Path) -> Non
     from treeroll.cli.session import load_run_config
 
     as_run = load_run_config(runs / "s")
-    assert as_run.policy.init == str(runs / "s" / "policy") and as_run.env.size_max == 3
+    assert as_run.policy.init == str(runs / "s" / "policy") and as_run.env.frozenlake.size_max == 3
     by_run = _treeroll("eval", "--run", str(runs / "s"), "--tasks", "2")
     assert json.loads(by_run.stdout.strip().splitlines()[-1])["tasks"] == 2
     bad = tmp_path / "bad.jsonl"

@@ -66,7 +66,8 @@ def test_the_command_line_offers_the_plugged_in_strategys_settings(tmp_path):
         from treeroll.cli import main
         main(["train", "--help"])
         """)
-    assert "--strategy.first_fork.width" in done.stdout + done.stderr
+    out = done.stdout + done.stderr
+    assert "--strategy.first-fork.width" in out or "--strategy.first_fork.width" in out, out
 
 
 def test_without_the_entry_point_the_strategy_is_unknown_and_the_error_lists_the_valid(tmp_path):

@@ -85,7 +85,8 @@ def test_an_sao_run_trains_and_resumes_exactly_with_its_lagged_sampler(tmp_path)
 
 def test_the_lag_changes_what_the_update_sees(tmp_path) -> None:
     runs = tmp_path / "runs"  # the shipped base: some tasks succeed, so updates move weights
-    base = ("--policy.init", "frozenlake-tiny", "--env.size-min", "2", "--env.size-max", "3")
+    base = ("--policy.init", "frozenlake-tiny", "--env.frozenlake.size-min", "2",
+            "--env.frozenlake.size-max", "3")
     lagged = _train(runs, "lagged", 2, *base)
     current = _train(runs, "current", 2, *base, "--optim.behaviour-lag", "0")
     steps = [[r for r in records if "leaves" in r] for records in (lagged, current)]

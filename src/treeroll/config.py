@@ -10,6 +10,7 @@ import dataclasses
 import json
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -207,12 +208,49 @@ def _build(cls: type[T], data: Any, where: str) -> T:
     return built
 
 
+def _moved_key_table() -> dict[tuple[str, str], str]:
+    from treeroll.credit import AdvantageSection
+    from treeroll.envs import EnvSection
+    from treeroll.scorers import ScorerSection
+
+    return {(section, old): new for section, cls in (("env", EnvSection),
+                                                      ("scorer", ScorerSection),
+                                                      ("advantage", AdvantageSection))
+            for old, new in cls.renamed.items()}
+
+
+MOVED_KEYS: dict[tuple[str, str], str] = _moved_key_table()
+"""``(section, key of treeroll 0.1)`` -> its place in the section now (``frozenlake.size_min``):
+read from YAML and the command line with a warning, for one release."""
+
+
+def _moved_keys(cls: type, data: dict[str, Any], where: str, warn: bool = True
+                ) -> dict[str, Any]:
+    """``data`` with the keys treeroll 0.1 kept in a section but 0.2 keeps in a plug-in's
+    block (``cls.renamed``: ``env.size_min`` -> ``env.frozenlake.size_min``) moved there,
+    each with a :class:`FutureWarning` naming both."""
+    renamed: dict[str, str] = getattr(cls, "renamed", None) or {}  # a section's ClassVar
+    moved = [key for key in data if key in renamed]
+    if not moved:
+        return data
+    data = dict(data)
+    for key in moved:
+        block, _, inner = renamed[key].partition(".")
+        old, new = f"{where}.{key}".lstrip("."), f"{where}.{renamed[key]}".lstrip(".")
+        if warn:
+            warnings.warn(f"config key {old} moved to {new} (treeroll 0.2); the old key goes "
+                          "in 0.3", FutureWarning, stacklevel=4)
+        data[block] = {**(data.get(block) or {}), inner: data.pop(key)}
+    return data
+
+
 def _collect(cls: type[T], data: Any, where: str, problems: list[str]) -> T:
     if data is None:
         return cls()
     if not isinstance(data, dict):
         problems.append(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
         return cls()
+    data = _moved_keys(cls, data, where)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {}
@@ -342,9 +380,10 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
         choice("backend.name", config.backend.name, BACKENDS.names())
     if "env" in sections and not config.env.name.startswith("gym:"):
         choice("env.name", config.env.name, ENVS.names(), ", 'gym:<env id>'")
-        low, high = config.env.size_min, config.env.size_max
+        low, high = config.env.frozenlake.size_min, config.env.frozenlake.size_max
         if low is not None and high is not None and low > high:
-            found.append(("--env.size-min", f"is {low}, above --env.size-max {high}"))
+            found.append(("--env.frozenlake.size-min", f"is {low}, above "
+                          f"--env.frozenlake.size-max {high}"))
         found += _swe_problems(config.env)
     if "wandb" in sections and config.wandb.project is not None:
         import importlib.util
@@ -403,19 +442,21 @@ def _optim_problems(config: Any) -> list[tuple[str, str]]:
 
 
 def _swe_problems(env: EnvConfig) -> list[tuple[str, str]]:
-    """``--env.instances`` / ``--env.repos``: only for ``swe``, and the instances load."""
-    if env.instances is None:
-        return [("--env.repos", f"is {env.repos!r}, but --env.instances is not set")] \
-            if env.repos is not None else []
+    """``--env.swe.instances`` / ``--env.swe.repos``: only for ``swe``, and the instances
+    load."""
+    swe = env.swe
+    if swe.instances is None:
+        return [("--env.swe.repos", f"is {swe.repos!r}, but --env.swe.instances is not set")] \
+            if swe.repos is not None else []
     if env.name != "swe":
-        return [("--env.instances", f"is {env.instances!r}; it is for --env.name swe, not "
-                 f"{env.name!r}")]
+        return [("--env.swe.instances", f"is {swe.instances!r}; it is for --env.name swe, "
+                 f"not {env.name!r}")]
     from treeroll.envs.swe import SWEInstanceError, load_swebench_jsonl
 
     try:
-        load_swebench_jsonl(env.instances, env.repos)
+        load_swebench_jsonl(swe.instances, swe.repos)
     except (SWEInstanceError, FileNotFoundError) as err:
-        return [("--env.instances", str(err))]
+        return [("--env.swe.instances", str(err))]
     return []
 
 
@@ -463,6 +504,7 @@ def _known(cls: Any, mapping: dict[str, Any]) -> dict[str, Any]:
     import dataclasses
     import typing
 
+    mapping = _moved_keys(cls, mapping, "", warn=False)  # a policy folder written by 0.1
     hints = typing.get_type_hints(cls)
     out: dict[str, Any] = {}
     for item in dataclasses.fields(cls):

@@ -12,21 +12,54 @@ import dataclasses
 import functools
 import inspect
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from treeroll.base import AdvantageEstimator
 from treeroll.checks import checked
 from treeroll.credit import estimators
 from treeroll.credit.estimators import BatchBaseline, token_credit, weighted
-from treeroll.registry import Registry, build_user_plugin
+from treeroll.registry import Registry, build_user_plugin, plugin_section
 
-__all__ = ["ADVANTAGES", "AdvantageConfig", "BatchBaseline", "make_estimator", "token_credit", "weighted"]
+__all__ = [
+    "ADVANTAGES",
+    "ADVANTAGE_BLOCKS",
+    "AdvantageConfig",
+    "BatchBaseline",
+    "GiGPOSettings",
+    "PlanPOSettings",
+    "make_estimator",
+    "token_credit",
+    "weighted",
+]
 
 @dataclass
-class AdvantageConfig:
-    """Credit assignment over each task's group of leaves. :func:`make_estimator`
-    passes each option below to the estimator if it takes it; an option the estimator does not
-    take must keep its default (else an error names it)."""
+class GiGPOSettings:
+    """``advantage.gigpo``: GiGPO's step-level term."""
+
+    omega: float = checked(1.0, ge=0)
+    """Weight of the step-level advantage."""
+    gamma: float = checked(0.95, ge=0, le=1)
+    """Discount of the step returns."""
+
+
+@dataclass
+class PlanPOSettings:
+    """``advantage.planpo``: PlanPO's bonus for short successes."""
+
+    beta: float = checked(0.2, ge=0)
+    """At most this much more reward for the group's shortest success."""
+
+
+ADVANTAGE_BLOCKS: dict[str, type] = {"gigpo": GiGPOSettings, "planpo": PlanPOSettings}
+"""The estimators with settings of their own: ``advantage.<name>.*``."""
+
+
+@dataclass
+class AdvantageSection:
+    """Credit assignment over each task's group of leaves. :func:`make_estimator` passes each
+    shared option (``std``, ``singleton``, ``eps``) to the estimator if it takes it, and the
+    estimator's own block (``advantage.gigpo.*``) to it; an option the estimator does not take
+    must keep its default (else an error names it)."""
 
     name: str = "grpo"
     """``grpo``, ``dr_grpo``, ``rloo``, ``tree``, ``treepo``, ``progress``, ``planpo`` (one
@@ -46,13 +79,19 @@ class AdvantageConfig:
     (verl's mean 0 / std 1)."""
     eps: float = checked(1e-6, ge=0)
     """``grpo``, ``tree``, ``gigpo``, ``arpo_hard``, ``sao``: added to the std before dividing."""
-    omega: float = checked(1.0, ge=0)
-    """``gigpo``: weight of the step-level advantage."""
-    gamma: float = checked(0.95, ge=0, le=1)
-    """``gigpo``: discount of the step returns."""
-    beta: float = checked(0.2, ge=0)
-    """``planpo``: at most this much more reward for the group's shortest success."""
 
+    renamed: ClassVar[dict[str, str]] = {"omega": "gigpo.omega", "gamma": "gigpo.gamma",
+                                         "beta": "planpo.beta"}
+    """Keys of treeroll 0.1 -> where they live now (read with a deprecation warning)."""
+
+    if TYPE_CHECKING:  # the estimators' blocks, added by plugin_section
+        def __getattr__(self, name: str) -> Any: ...
+
+
+if TYPE_CHECKING:
+    AdvantageConfig = AdvantageSection
+else:
+    AdvantageConfig = plugin_section(AdvantageSection, ADVANTAGE_BLOCKS, "AdvantageConfig")
 
 
 ADVANTAGES: Registry[AdvantageEstimator] = Registry("advantage estimator")
@@ -72,11 +111,13 @@ ADVANTAGES.register("sao", estimators.BatchBaseline)  # type: ignore[arg-type]  
 def make_estimator(advantage_config: Any) -> AdvantageEstimator:
     """The estimator named by ``advantage_config.name`` with its hyper-parameters bound.
 
-    Every field of the config but ``name`` (``std``, ``singleton``, ``eps``) is passed as a
-    keyword to an estimator that takes it (``functools.partial`` of a function; a class, a
-    :class:`~treeroll.base.BatchAdvantageEstimator`, is built with them). An estimator that does not
-    take an option never receives it, and a non-default value for it is an error naming the
-    option and the estimator, rather than a setting silently ignored (``rloo`` takes none).
+    Each shared option (``std``, ``singleton``, ``eps``) is passed as a keyword to an
+    estimator that takes it, and the fields of the estimator's own block (``advantage.gigpo``
+    for ``gigpo``) to it (``functools.partial`` of a function; a class, a
+    :class:`~treeroll.base.BatchAdvantageEstimator`, is built with them). An estimator that
+    does not take an option never receives it, and a non-default value for it (or for another
+    estimator's block) is an error naming the option and the estimator, rather than a setting
+    silently ignored (``rloo`` takes none).
     """
     name = advantage_config.name
     estimator = ADVANTAGES.get(name)
@@ -96,7 +137,17 @@ def make_estimator(advantage_config: Any) -> AdvantageEstimator:
         return build_user_plugin(functools.partial, advantage_config.options, "advantage",
                                  estimator)
     options: dict[str, Any] = {}
-    for option in dataclasses.fields(advantage_config):
+    for block in ADVANTAGE_BLOCKS:  # the estimator's own block, and no other one set
+        settings = getattr(advantage_config, block)
+        for option in dataclasses.fields(settings):
+            value = getattr(settings, option.name)
+            if block == name:
+                options[option.name] = value
+            elif value != option.default:
+                raise ValueError(f"advantage.{block}.{option.name}={value!r} is for the "
+                                 f"{block!r} estimator, not {name!r}; leave it at its default "
+                                 f"{option.default!r} or choose --advantage.name {block}")
+    for option in dataclasses.fields(AdvantageSection):  # the shared options
         if option.name in ("name", "options"):
             continue
         value = getattr(advantage_config, option.name)

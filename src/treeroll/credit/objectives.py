@@ -41,10 +41,11 @@ class LossConfig:
     micro_batch_tokens: int = checked(16384, ge=1)
     """Tokens forwarded at once (padding included); bounds activation memory."""
     objective: str = "ppo_clip"
-    """A name in :data:`POLICY_LOSSES`: ``ppo_clip``, PPO's clipped surrogate. ``truncated_is`` (SAO's off-policy correction,
-    as treeroll reads it): the policy gradient of each token weighted by its importance ratio
-    against the behaviour policy's sampling logprob, truncated at ``is_cap`` (no clipping;
-    the loss value is ``-min(ratio, is_cap) * A``)."""
+    """A name in :data:`POLICY_LOSSES`: ``ppo_clip``, PPO's clipped surrogate.
+    ``truncated_is`` (SAO's off-policy correction, as treeroll reads it): the policy gradient
+    of each token weighted by its importance ratio against the behaviour policy's sampling
+    logprob, truncated at ``is_cap`` (no clipping; the loss value is
+    ``-min(ratio, is_cap) * A``)."""
     is_cap: float = checked(2.0, gt=0)
     """``truncated_is``: the largest importance weight (``clip_fraction`` counts the tokens
     above it)."""

@@ -36,7 +36,8 @@ from treeroll.checks import checked
 from treeroll.registry import Registry
 from treeroll.tree import RolloutTree, leaf_rewards, leaves
 
-__all__ = ["ALLOCATORS", "AllocatorConfig", "UniformAllocator", "Vigor", "VigorConfig", "build_vigor", "make_allocator"]
+__all__ = ["ALLOCATORS", "AllocatorConfig", "UniformAllocator", "Vigor", "VigorConfig",
+           "build_vigor", "make_allocator"]
 
 
 @dataclass

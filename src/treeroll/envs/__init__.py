@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from treeroll.base import Env
 from treeroll.checks import checked
@@ -20,16 +21,19 @@ from treeroll.envs.frozenlake import (
     start_distance,
 )
 from treeroll.envs.gym_text import GymTextEnv
-from treeroll.registry import Registry, build_user_plugin, parse_options
+from treeroll.registry import Registry, build_user_plugin, parse_options, plugin_section
 
 __all__ = [
     "ENVS",
+    "ENV_BLOCKS",
     "ENV_SCORERS",
     "EnvCheckError",
     "EnvConfig",
     "FrozenLakeConfig",
     "FrozenLakeEnv",
+    "FrozenLakeSettings",
     "GymTextEnv",
+    "SWESettings",
     "check_env",
     "distance_to_goal",
     "frozenlake_corpus",
@@ -40,40 +44,72 @@ __all__ = [
 
 
 @dataclass
-class EnvConfig:
+class FrozenLakeSettings:
+    """``env.frozenlake``: FrozenLake's settings over its convention's (``frozenlake_rllm``,
+    ``frozenlake_ragen``); None keeps the convention's."""
+
+    size_min: int | None = checked(None, ge=2)
+    """Smallest map side."""
+    size_max: int | None = checked(None, ge=2)
+    """Largest map side."""
+    slippery: bool | None = None
+    """Slippery dynamics."""
+    format_penalty: float | None = checked(None, ge=0)
+    """Subtracted from a turn's reward when its reply held no valid action (the conventions':
+    rLLM 0, RAGEN 0.1). Success is unchanged; only the reward RL ranks trajectories by sees
+    it."""
+
+
+@dataclass
+class SWESettings:
+    """``env.swe``: which instances the SWE environment (``--env.name swe``) serves."""
+
+    instances: str | None = None
+    """A SWE-bench-format JSONL file of instances, validated before any work (None = the 240
+    built-in tasks); a task seed picks instance ``seed mod count``."""
+    repos: str | None = None
+    """The folder holding the instances' git checkouts (``owner__name``, ``name`` or
+    ``owner/name``, or the checkout itself); an instance's own ``repo_path`` wins."""
+
+
+ENV_BLOCKS: dict[str, type] = {"frozenlake": FrozenLakeSettings, "swe": SWESettings}
+"""Each environment family's settings block, ``env.<family>.*``."""
+
+
+@dataclass
+class EnvSection:
     """Which environment the tasks come from."""
 
     name: str = "frozenlake_rllm"
     """``frozenlake_rllm`` (PATR's benchmark), ``frozenlake_ragen``, ``swe``, ``gym:<env id>``,
     or ``package.module:factory`` (a callable returning an Env, called with ``options``)."""
     options: dict[str, str] = field(default_factory=dict)
-    """A user's own environment factory (``package.module:object``): its config block, ``KEY VALUE``
-    pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
-    them as its fields, a builder as keywords. For ``swe``: ``SWEEnvConfig`` and
-    ``SandboxLimits`` fields (``tools "[/opt/conda]"``, ``memory_mb 2048``, ``isolation
+    """A user's own environment factory (``package.module:object``): its config block, ``KEY
+    VALUE`` pairs on the command line or a mapping in YAML, each value read as YAML; a
+    dataclass gets them as its fields, a builder as keywords. For ``swe``: ``SWEEnvConfig``
+    and ``SandboxLimits`` fields (``tools "[/opt/conda]"``, ``memory_mb 2048``, ``isolation
     copy``)."""
-    size_min: int | None = checked(None, ge=2)
-    """FrozenLake: smallest map side (None = the convention's)."""
-    size_max: int | None = checked(None, ge=2)
-    """FrozenLake: largest map side (None = the convention's)."""
-    slippery: bool | None = None
-    """FrozenLake: slippery dynamics (None = the convention's)."""
     max_turns: int | None = checked(None, ge=1)
-    """Cap on turns per episode (None = the convention's)."""
-    format_penalty: float | None = checked(None, ge=0)
-    """FrozenLake: subtracted from a turn's reward when its reply held no valid action (None =
-    the convention's: rLLM 0, RAGEN 0.1). Success is unchanged; only the reward RL ranks
-    trajectories by sees it."""
+    """Cap on turns per episode (None = the environment's)."""
     train_tasks: int = checked(10_000, ge=1)
     """Task seeds in the training pool (rLLM: 10,000)."""
     task_seed: int = checked(0, ge=0)
     """Seed of the generator that draws the training pool's task seeds."""
-    instances: str | None = None
-    """SWE (``--env.name swe``): a SWE-bench-format JSONL file of instances, validated before
-    any work (None = the 240 built-in tasks); a task seed picks instance ``seed mod count``."""
-    repos: str | None = None
-    """SWE: the folder holding the instances' git checkouts (``owner__name``, ``name`` or
-    ``owner/name``, or the checkout itself); an instance's own ``repo_path`` wins."""
+
+    renamed: ClassVar[dict[str, str]] = {
+        "size_min": "frozenlake.size_min", "size_max": "frozenlake.size_max",
+        "slippery": "frozenlake.slippery", "format_penalty": "frozenlake.format_penalty",
+        "instances": "swe.instances", "repos": "swe.repos"}
+    """Keys of treeroll 0.1 -> where they live now (read with a deprecation warning)."""
+
+    if TYPE_CHECKING:  # the environments' blocks, added by plugin_section
+        def __getattr__(self, name: str) -> Any: ...
+
+
+if TYPE_CHECKING:
+    EnvConfig = EnvSection
+else:
+    EnvConfig = plugin_section(EnvSection, ENV_BLOCKS, "EnvConfig")
 
 
 EnvFactoryBuilder = Callable[[Any], Callable[[], Env]]
@@ -84,10 +120,9 @@ def _frozenlake(convention: str) -> EnvFactoryBuilder:
     def build(env_config: Any) -> Callable[[], Env]:
         from treeroll.envs.frozenlake import make_frozenlake
 
-        overrides = {key: getattr(env_config, key)
-                     for key in ("size_min", "size_max", "slippery", "max_turns",
-                                 "format_penalty")
-                     if getattr(env_config, key) is not None}
+        settings = {**dataclasses.asdict(env_config.frozenlake),
+                    "max_turns": env_config.max_turns}
+        overrides = {key: value for key, value in settings.items() if value is not None}
         make_frozenlake(convention, **overrides)  # validate now, not in a worker
         return lambda: make_frozenlake(convention, **overrides)
     return build
@@ -100,8 +135,9 @@ ENVS.register("frozenlake_ragen", _frozenlake("ragen"))
 def _swe(env_config: Any) -> Callable[[], Env]:
     from treeroll.envs.swe import builtin_tasks, load_swebench_jsonl, make_swe_env
 
-    tasks = (builtin_tasks() if env_config.instances is None
-             else load_swebench_jsonl(env_config.instances, env_config.repos))
+    swe = env_config.swe
+    tasks = (builtin_tasks() if swe.instances is None
+             else load_swebench_jsonl(swe.instances, swe.repos))
     settings = parse_options(env_config.options)  # SWEEnvConfig / SandboxLimits fields
     if "tools" in settings:
         settings["tools"] = tuple(settings["tools"])

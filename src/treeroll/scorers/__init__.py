@@ -27,25 +27,64 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from treeroll.base import GenerationBackend, ProcessScorer
 from treeroll.checks import checked
 from treeroll.formatting import TurnFormat
-from treeroll.registry import Registry, build_user_plugin
+from treeroll.registry import Registry, build_user_plugin, plugin_section
 from treeroll.scorers.blend import Blend, blend
 from treeroll.scorers.degeneracy import Degeneracy
 from treeroll.scorers.judge import JUDGE_PROMPT, JudgeScorer, parse_rating
 from treeroll.scorers.progress import FrozenLakeProgress
 from treeroll.scorers.value import ValueScorer, trajectory_features
 
-__all__ = ["JUDGE_PROMPT", "SCORERS", "Blend", "Degeneracy", "FrozenLakeProgress",
-           "JudgeScorer", "ScorerConfig", "ValueScorer", "blend", "make_scorer", "parse_rating",
-           "trajectory_features"]
+__all__ = [
+    "JUDGE_PROMPT",
+    "SCORERS",
+    "SCORER_BLOCKS",
+    "Blend",
+    "BlendSettings",
+    "Degeneracy",
+    "FrozenLakeProgress",
+    "JudgeScorer",
+    "JudgeSettings",
+    "ScorerConfig",
+    "ValueScorer",
+    "blend",
+    "make_scorer",
+    "parse_rating",
+    "trajectory_features",
+]
 
 
 @dataclass
-class ScorerConfig:
+class BlendSettings:
+    """``scorer.blend``: the two scorers ``blend`` mixes and the weight of the first."""
+
+    a: str = "frozenlake_progress"
+    """First scorer."""
+    b: str = "degeneracy"
+    """Second scorer."""
+    weight: float = checked(0.7, ge=0, le=1)
+    """Weight of the first scorer (``weight * a + (1 - weight) * b``)."""
+
+
+@dataclass
+class JudgeSettings:
+    """``scorer.judge``: the model the ``judge`` scorer asks."""
+
+    model_path: str | None = None
+    """A local model directory (``save_pretrained``); None = the judge needs a backend passed
+    to :func:`make_scorer` by the caller."""
+
+
+SCORER_BLOCKS: dict[str, type] = {"blend": BlendSettings, "judge": JudgeSettings}
+"""The built-in scorers that have settings: ``scorer.<name>.*``."""
+
+
+@dataclass
+class ScorerSection:
     """The process scorer PATR uses (ignored by strategies that do not score)."""
 
     name: str | None = None
@@ -54,15 +93,20 @@ class ScorerConfig:
     """A user's own scorer (``package.module:object``): its config block, ``KEY VALUE``
     pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
     them as its fields, a builder as keywords."""
-    blend_a: str = "frozenlake_progress"
-    """``blend``: first scorer."""
-    blend_b: str = "degeneracy"
-    """``blend``: second scorer."""
-    blend_lambda: float = checked(0.7, ge=0, le=1)
-    """``blend``: weight of the first scorer."""
-    judge_model_path: str | None = None
-    """``judge``: a local model directory (``save_pretrained``) for the judge; None = the
-    judge needs a backend passed to ``make_scorer`` by the caller."""
+
+    renamed: ClassVar[dict[str, str]] = {"blend_a": "blend.a", "blend_b": "blend.b",
+                                         "blend_lambda": "blend.weight",
+                                         "judge_model_path": "judge.model_path"}
+    """Keys of treeroll 0.1 -> where they live now (read with a deprecation warning)."""
+
+    if TYPE_CHECKING:  # the scorers' blocks, added by plugin_section
+        def __getattr__(self, name: str) -> Any: ...
+
+
+if TYPE_CHECKING:
+    ScorerConfig = ScorerSection
+else:
+    ScorerConfig = plugin_section(ScorerSection, SCORER_BLOCKS, "ScorerConfig")
 
 
 # --------------------------------------------------------------------------------------------
@@ -88,11 +132,11 @@ def build_value(config: ScorerConfig, **context: Any) -> ProcessScorer:
 def build_judge(config: ScorerConfig, *, backend: GenerationBackend | None = None,
                 turn_format: TurnFormat | None = None, **context: Any) -> ProcessScorer:
     """``judge`` on ``backend`` / ``turn_format`` if given, else on the local model at
-    ``config.judge_model_path``."""
+    ``config.judge.model_path``."""
     if backend is None or turn_format is None:
-        path = config.judge_model_path
+        path = config.judge.model_path
         if not path:
-            raise ValueError("the judge scorer needs a model: set scorer.judge_model_path to a "
+            raise ValueError("the judge scorer needs a model: set scorer.judge.model_path to a "
                              "local model directory (or pass backend= and turn_format=)")
         from types import SimpleNamespace
 
@@ -107,14 +151,16 @@ def build_judge(config: ScorerConfig, *, backend: GenerationBackend | None = Non
 
 
 def build_blend(config: ScorerConfig, **context: Any) -> ProcessScorer:
-    """``blend`` of ``config.blend_a`` and ``config.blend_b`` with weight ``blend_lambda``."""
-    if "blend" in (config.blend_a, config.blend_b):
-        raise ValueError("scorer.blend_a and scorer.blend_b must name scorers other than blend")
+    """``blend`` of ``scorer.blend.a`` and ``scorer.blend.b`` with weight
+    ``scorer.blend.weight``."""
+    settings = config.blend
+    if "blend" in (settings.a, settings.b):
+        raise ValueError("scorer.blend.a and scorer.blend.b must name scorers other than blend")
     from dataclasses import replace
 
-    first = make_scorer(replace(config, name=config.blend_a), **context)
-    second = make_scorer(replace(config, name=config.blend_b), **context)
-    return blend(first, second, config.blend_lambda)
+    first = make_scorer(replace(config, name=settings.a), **context)
+    second = make_scorer(replace(config, name=settings.b), **context)
+    return blend(first, second, settings.weight)
 
 
 def make_scorer(config: ScorerConfig, **context: Any) -> ProcessScorer:

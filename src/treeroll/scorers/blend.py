@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from treeroll.base import ProcessScorer, Score
+from treeroll.base import LearningScorer, ProcessScorer, Score
 from treeroll.scorers.common import clamp
 from treeroll.tree import Node, RolloutTree
 
@@ -37,11 +37,11 @@ class Blend:
                 for x, y in zip(first, second, strict=True)]
 
     def observe(self, trees: Sequence[RolloutTree]) -> None:
-        """Let each part that learns online (has ``observe``) see the finished trees."""
+        """Let each part that learns online (a :class:`~treeroll.base.LearningScorer`) see the
+        finished trees."""
         for part in (self.a, self.b):
-            observe = getattr(part, "observe", None)
-            if observe is not None:
-                observe(trees)
+            if isinstance(part, LearningScorer):
+                part.observe(trees)
 
 
 def blend(a: ProcessScorer, b: ProcessScorer, lam: float) -> Blend:

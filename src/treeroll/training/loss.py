@@ -47,7 +47,8 @@ def ppo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantage: torch.
                    config: LossConfig, ref_logp: torch.Tensor | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token objective (+ k3 KL) to *minimise*, and whether each token was clipped
-    or truncated, as ``config.objective`` (:data:`~treeroll.credit.objectives.POLICY_LOSSES`) says."""
+    or truncated, as ``config.objective``
+    (:data:`~treeroll.credit.objectives.POLICY_LOSSES`) says."""
     ratio = torch.exp(logp - old_logp)
     loss, truncated = policy_loss(config).token_loss(ratio, logp, advantage, config)
     if ref_logp is not None and config.kl_coef:

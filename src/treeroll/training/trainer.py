@@ -11,8 +11,6 @@ Ctrl-C writes a checkpoint first, so an interrupted run folder is usable.
 from __future__ import annotations
 
 import copy
-import json
-import shutil
 import time
 import warnings
 from dataclasses import replace
@@ -24,22 +22,19 @@ import torch
 
 from treeroll.assemble import assemble, sync_weights
 from treeroll.base import BatchAdvantageEstimator, LearningScorer, plugin_name
-from treeroll.checks import check_duration
-from treeroll.config import TrainConfig, check_config, config_to_dict
+from treeroll.config import TrainConfig, check_config
 from treeroll.credit.estimators import token_credit, weighted
 from treeroll.engine.rollout import count_status, rollout
 from treeroll.policies import build_policy, check_context_length, save_policy
 from treeroll.training.behaviour import StaleBehaviour
 from treeroll.training.evaluation import Reporter, Silent, evaluate, pool_words, task_pools
+from treeroll.training.lifecycle import Lifecycle
 from treeroll.training.loss import TrainItem, by_turn_reversed, expanded_backward
 from treeroll.training.packed import PackingUnsupported, packed_backward, unsupported_reason
 from treeroll.training.runfolder import (
-    RunFolder,
     append_jsonl,
     check_state_fits,
     deferred_interrupt,
-    load_checkpoint,
-    save_checkpoint,
 )
 from treeroll.training.sft import adamw
 from treeroll.training.sft_run import format_warm_start
@@ -73,28 +68,19 @@ def train(config: TrainConfig, reporter: Reporter | None = None) -> dict[str, An
     only with ``--extend`` and more ``--optim.steps``."""
     reporter = reporter or Silent()
     check_config(config)
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    folder = RunFolder(config.runs_dir, config.name, config.resume or config.extend,
-                       extend=config.extend, steps=config.optim.steps)
-    resolved = config_to_dict(config)
-    folder.check_config(resolved, RESUMABLE_CHANGES, force=config.force)
-    existed = folder.path.exists()
-    try:
-        run = _Run(config, folder, resolved, reporter)
-    except BaseException:
-        if not existed and not folder.resume:  # a failed start leaves no run folder
-            shutil.rmtree(folder.path, ignore_errors=True)
-        raise
+    life = Lifecycle(config, resumable=RESUMABLE_CHANGES, extend=config.extend,
+                     steps=config.optim.steps, force=config.force)
+    with life.starting():  # a failed start leaves no run folder
+        run = _Run(config, life, reporter)
     return run.train()
 
 
 class _Run:
     """One training run's state: what :func:`train` builds, steps and checkpoints."""
 
-    def __init__(self, config: TrainConfig, folder: RunFolder, resolved: dict[str, Any],
-                 reporter: Reporter) -> None:
-        self.config, self.folder, self.reporter = config, folder, reporter
+    def __init__(self, config: TrainConfig, life: Lifecycle, reporter: Reporter) -> None:
+        self.config, self.life, self.folder, self.reporter = config, life, life.folder, reporter
+        resolved = life.resolved
         self._build_plug_ins()
         self.train_seeds, self.held_out = task_pools(config.env, config.eval)
         torch.manual_seed(config.seed)
@@ -141,7 +127,7 @@ class _Run:
                              self.train_seeds)
         state = None
         if folder.resume:
-            state = load_checkpoint(folder.checkpoint, self.rng)
+            state = self.life.restore(self.rng)
             check_state_fits(policy.model, state["model"], folder.checkpoint)
         folder.start(resolved)
         if not config.policy.init and not folder.resume:
@@ -220,7 +206,7 @@ class _Run:
                  "step": self.done, "summary": self.summary}
         if self.behaviour is not None:
             state["behaviour"] = self.behaviour.state()
-        save_checkpoint(self.folder.checkpoint, state, self.rng)
+        self.life.save(state, self.rng)
 
     def train(self) -> dict[str, Any]:
         """The training loop, then the final evaluation; a crash or Ctrl-C between steps
@@ -229,34 +215,29 @@ class _Run:
         config, run_dir = self.config, self.folder.path
         name = plugin_name(self.strategy)
         self.reporter.phase(f"training with {name}", config.optim.steps)
-        try:
-            with self.scalars:
-                second = self.done + 2  # the first step of a process warms up
-                for step in range(self.done + 1, config.optim.steps + 1):
-                    tick = time.perf_counter()
-                    self._step(step)
-                    if step == second:  # the first moment a step's cost is known
-                        check_duration("--optim.steps", config.optim.steps,
-                                       config.optim.steps - step, time.perf_counter() - tick)
-                    if step % config.checkpoint_every == 0:
-                        self.save()
+
+        def save_whole() -> None:  # a half-applied update is not saved: the last one stands
+            if not self.updating:
                 self.save()
-                self.summary["final_eval"] = self._evaluate(config.eval.tasks,
-                                                            "the trained policy")
-                self.scalars.record(config.optim.steps, {"eval": self.summary["final_eval"]})
-        except BaseException:
-            if not self.updating:  # else the last periodic checkpoint stands
-                self.save()
-            self.summary["interrupted_at_step"] = self.done + 1
-            (run_dir / "summary.json").write_text(json.dumps(self.summary, indent=2))
-            raise
+
+        with self.life.interruptible(save_whole, self.summary, lambda: self.done + 1), \
+                self.scalars:
+            for here, step in enumerate(range(self.done + 1, config.optim.steps + 1), 1):
+                tick = time.perf_counter()
+                self._step(step)
+                self.life.check_pace(here, step, config.optim.steps, time.perf_counter() - tick)
+                if step % config.checkpoint_every == 0:
+                    self.save()
+            self.save()
+            self.summary["final_eval"] = self._evaluate(config.eval.tasks, "the trained policy")
+            self.scalars.record(config.optim.steps, {"eval": self.summary["final_eval"]})
         self.summary["steps"] = config.optim.steps
         self.summary["generated_tokens"] = self.cumulative["generated"]
         self._export()
         self.summary["finished"] = True
         append_jsonl(self.folder.metrics, {"step": config.optim.steps, "final": True,
                                            "eval": self.summary["final_eval"]})
-        (run_dir / "summary.json").write_text(json.dumps(self.summary, indent=2))
+        self.life.write_summary(self.summary)
         _write_plots(run_dir)
         return self.summary
 

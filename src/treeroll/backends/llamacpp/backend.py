@@ -4,7 +4,8 @@
 prompt as ids, ``return_tokens``, ``n_probs`` with ``post_sampling_probs``, ``seed``), one
 HTTP request per sequence and ``concurrency`` of them in flight, which the server decodes
 together in its slots. :class:`ManagedLlamaCpp` also owns the server: it writes the policy as
-GGUF (:func:`treeroll.backends.llamacpp.gguf.export_gguf`), starts the process, and on a weight update
+GGUF (:func:`treeroll.backends.llamacpp.gguf.export_gguf`), starts the process, and on a weight
+update
 writes the new weights and restarts it, so nothing cached under old weights can be served.
 
 What the server is asked for, and why:
