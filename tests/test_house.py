@@ -68,11 +68,11 @@ def test_the_policy_loss_comes_from_its_registry_and_an_unknown_one_is_refused()
     config = merged_config(TrainConfig(), {"optim": {"loss": {"objective": "truncated_is"}}})
     assert isinstance(policy_loss(config.optim.loss), TruncatedIS)
     bad = merged_config(TrainConfig(), {"optim": {"loss": {"objective": "reinforce"}}})
-    with pytest.raises(ConfigError, match="optim.loss.objective.*ppo_clip, truncated_is"):
+    with pytest.raises(ConfigError, match=r"optim\.loss\.objective.*ppo_clip, truncated_is"):
         check_config(bad)
     wrong = merged_config(TrainConfig(), {"optim": {"loss": {"clip_high": 0.28,
                                                              "objective": "truncated_is"}}})
-    with pytest.raises(ConfigError, match="clip-high.*only ppo_clip reads"):
+    with pytest.raises(ConfigError, match=r"clip-high.*only ppo_clip reads"):
         check_config(wrong)
     assert POLICY_LOSSES.names() == ["ppo_clip", "truncated_is"]
 
