@@ -25,6 +25,7 @@ from treeroll.engine import AllocatorConfig, RolloutConfig
 from treeroll.envs import EnvConfig
 from treeroll.policies import policy_defaults
 from treeroll.policies.model import ModelConfig
+from treeroll.registry import Registry
 from treeroll.scorers import ScorerConfig
 from treeroll.strategies import StrategyConfig
 
@@ -343,43 +344,9 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
     """Problems of the plug-in names and cross-field settings of a :class:`TrainConfig` (or
     of any config with the same sections): each ``(option, message)`` names what is valid.
     Nothing is imported or built; ``package.module:object`` names are checked when made."""
-    from treeroll.backends import BACKENDS
-    from treeroll.checks import option_name
-    from treeroll.credit import ADVANTAGES
-    from treeroll.engine import ALLOCATORS
-    from treeroll.envs import ENVS
-    from treeroll.scorers import SCORERS
-    from treeroll.strategies import STRATEGIES
-    from treeroll.views import VIEWS
-
-    found: list[tuple[str, str]] = []
-
-    def choice(path: str, value: str | None, valid: list[str], extra: str = "") -> None:
-        if value is None or ":" in value or value in valid:
-            return
-        found.append((option_name(path), f"is {value!r}; valid: {', '.join(valid)}{extra} or "
-                      "'package.module:object' for your own"))
-
     sections = {f.name for f in dataclasses.fields(config)}
-    if "strategy" in sections:
-        choice("strategy.name", config.strategy.name, STRATEGIES.names())
-    if "advantage" in sections:
-        choice("advantage.name", config.advantage.name, ADVANTAGES.names())
-    if "allocator" in sections:
-        choice("allocator.name", config.allocator.name, ALLOCATORS.names())
-        if config.allocator.name in ALLOCATORS.names() and "rollout" in sections:
-            from treeroll.engine import make_allocator
-
-            try:  # building one is cheap and runs the allocator's own checks
-                make_allocator(config.allocator, config.rollout)
-            except ValueError as e:
-                found.append(("--allocator.name", f"is {config.allocator.name!r}: {e}"))
-    if "scorer" in sections:
-        choice("scorer.name", config.scorer.name, SCORERS.names())
-    if "backend" in sections:
-        choice("backend.name", config.backend.name, BACKENDS.names())
+    found = _registered_names(config, sections)
     if "env" in sections and not config.env.name.startswith("gym:"):
-        choice("env.name", config.env.name, ENVS.names(), ", 'gym:<env id>'")
         low, high = config.env.frozenlake.size_min, config.env.frozenlake.size_max
         if low is not None and high is not None and low > high:
             found.append(("--env.frozenlake.size-min", f"is {low}, above "
@@ -392,6 +359,8 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
             found.append(("--wandb.project", f"is {config.wandb.project!r}, but wandb is not "
                           "installed: pip install 'treeroll[wandb]' (or leave it unset)"))
     if "policy" in sections:
+        from treeroll.views import VIEWS
+
         view = config.policy.view
         if view is not None and view not in VIEWS:
             found.append(("--policy.view", f"is {view!r}; valid: {', '.join(VIEWS.names())}"))
@@ -410,6 +379,39 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
         if per_step > config.env.train_tasks:
             found.append(("--optim.tasks-per-step", f"is {per_step}, more than the training "
                           f"pool's {config.env.train_tasks} tasks (--env.train-tasks)"))
+    return found
+
+
+def _registered_names(config: Any, sections: set[str]) -> list[tuple[str, str]]:
+    """Each section's ``name`` against its package's registry (an allocator is also built:
+    that is cheap and runs its own checks)."""
+    from treeroll.backends import BACKENDS
+    from treeroll.checks import option_name
+    from treeroll.credit import ADVANTAGES
+    from treeroll.engine import ALLOCATORS, make_allocator
+    from treeroll.envs import ENVS
+    from treeroll.scorers import SCORERS
+    from treeroll.strategies import STRATEGIES
+
+    registries: dict[str, Registry[Any]] = {
+        "strategy": STRATEGIES, "advantage": ADVANTAGES, "allocator": ALLOCATORS,
+        "scorer": SCORERS, "backend": BACKENDS, "env": ENVS}
+    found: list[tuple[str, str]] = []
+    for section, registry in registries.items():
+        if section not in sections:
+            continue
+        value, valid = getattr(config, section).name, registry.names()
+        if section == "env" and value.startswith("gym:"):
+            continue
+        if value is not None and ":" not in value and value not in valid:
+            extra = ", 'gym:<env id>'" if section == "env" else ""
+            found.append((option_name(f"{section}.name"), f"is {value!r}; valid: "
+                          f"{', '.join(valid)}{extra} or 'package.module:object' for your own"))
+    if {"allocator", "rollout"} <= sections and config.allocator.name in ALLOCATORS:
+        try:
+            make_allocator(config.allocator, config.rollout)
+        except ValueError as e:
+            found.append(("--allocator.name", f"is {config.allocator.name!r}: {e}"))
     return found
 
 

@@ -346,15 +346,35 @@ def _train_side_by_side(todo: list[TrainConfig], jobs: int, reporter: Reporter |
 
 
 def _write_report(config: CompareConfig, results: dict[str, list[dict[str, Any]]]) -> None:
-    from treeroll.tree import load_tree
-    from treeroll.viz import plot_compare, render_tree_html, render_tree_png
+    """``report.md`` (the table, the curves, the tokens-to-target section), ``results.json``
+    and an example tree per strategy in ``config.report_dir``."""
+    from treeroll.viz import plot_compare
 
     report = Path(config.report_dir)
-    env = config.base.env.name
-    lines = [
+    lines = _report_header(config)
+    summary: dict[str, Any] = {}
+    curves: dict[str, list[tuple[float, float, float, float]]] = {}
+    for strategy, runs in results.items():
+        summary[strategy], line = _strategy_row(strategy, runs)
+        lines.append(line)
+        curves[strategy] = _mean_curve(runs)
+        _example_tree(report, strategy, config.seeds[0])
+    plot_compare(curves, report / "success_vs_tokens.png")
+    lines += ["", "![held-out success vs generated tokens](success_vs_tokens.png)", ""]
+    section, reached = target_section(results, config.targets)
+    lines += section
+    for arm, per_target in reached.items():
+        summary[arm]["tokens_to_target"] = per_target
+    (report / "report.md").write_text("\n".join(lines) + "\n")
+    (report / "results.json").write_text(json.dumps(summary, indent=2))
+
+
+def _report_header(config: CompareConfig) -> list[str]:
+    """The report's title, the settings it ran with, and the table's head."""
+    return [
         f"# treeroll compare: {', '.join(config.strategies)}",
         "",
-        f"Environment `{env}`; {config.base.optim.steps} updates of "
+        f"Environment `{config.base.env.name}`; {config.base.optim.steps} updates of "
         f"{config.base.optim.tasks_per_step} tasks; budget {config.token_budget} generated "
         f"tokens per task per step; seeds {list(config.seeds)}"
         + (f" (and {list(config.more_seeds)} for {', '.join(config.more_seeds_for)})"
@@ -375,51 +395,51 @@ def _write_report(config: CompareConfig, results: dict[str, list[dict[str, Any]]
         "leaves / 1k tokens | groups with signal | scorer s | rollout s | wall s |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    summary: dict[str, Any] = {}
-    curves: dict[str, list[tuple[float, float, float, float]]] = {}
-    for strategy, runs in results.items():
-        mean, low, high = t_interval([r["final_success"] for r in runs])
-        low, high = max(low, 0.0), min(high, 1.0)  # a success rate lies in [0, 1]
-        start = float(np.mean([r["start_success"] for r in runs]))
-        row: dict[str, Any] = {key: float(np.mean([r[key] for r in runs]))
-                               for key in ("generated_tokens", "leaves_per_1k_tokens",
-                                           "scorer_seconds", "rollout_seconds",
-                                           "wall_seconds")}
-        signal = [r["signal_groups"] for r in runs if r.get("signal_groups") is not None]
-        row["signal_groups"] = float(np.mean(signal)) if signal else None
-        interval_bounds = [low, high] if len(runs) > 1 else None  # one seed: no interval
-        summary[strategy] = {"final_success": mean, "ci95": interval_bounds, "start": start,
-                             **row,
-                             "runs": runs}
-        per_seed = " / ".join(f"{r['final_success']:.3f}" for r in runs)
-        shown = "n/a" if row["signal_groups"] is None else f"{row['signal_groups']:.2f}"
-        interval = f"[{low:.3f}, {high:.3f}]" if len(runs) > 1 else "n/a (one seed)"
-        lines.append(f"| {strategy} | {mean:.3f} | {interval} | {per_seed} | "
-                     f"{start:.3f} | "
-                     f"{row['generated_tokens']:.0f} | {row['leaves_per_1k_tokens']:.2f} | "
-                     f"{shown} | "
-                     f"{row['scorer_seconds']:.1f} | {row['rollout_seconds']:.0f} | "
-                     f"{row['wall_seconds']:.0f} |")
-        points = len(runs[0]["curve"])
-        curve = []
-        for i in range(points):
-            xs = [r["curve"][i][0] for r in runs if len(r["curve"]) > i]
-            ys = [r["curve"][i][1] for r in runs if len(r["curve"]) > i]
-            m, lo, hi = t_interval(ys)
-            curve.append((float(np.mean(xs)), m, lo, hi))
-        curves[strategy] = curve
-        trees = sorted((report / "runs" / f"{strategy}_seed{config.seeds[0]}" / "trees")
-                       .glob("*.json"))
-        if trees:
-            tree = load_tree(trees[-1])
-            shutil.copy(trees[-1], report / f"tree_{strategy}.json")
-            render_tree_png(tree, report / f"tree_{strategy}.png")
-            render_tree_html(tree, report / f"tree_{strategy}.html")
-    plot_compare(curves, report / "success_vs_tokens.png")
-    lines += ["", "![held-out success vs generated tokens](success_vs_tokens.png)", ""]
-    section, reached = target_section(results, config.targets)
-    lines += section
-    for arm, per_target in reached.items():
-        summary[arm]["tokens_to_target"] = per_target
-    (report / "report.md").write_text("\n".join(lines) + "\n")
-    (report / "results.json").write_text(json.dumps(summary, indent=2))
+
+
+def _strategy_row(strategy: str, runs: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
+    """One strategy's summary over its seeds (``results.json``) and its line of the table."""
+    mean, low, high = t_interval([r["final_success"] for r in runs])
+    low, high = max(low, 0.0), min(high, 1.0)  # a success rate lies in [0, 1]
+    start = float(np.mean([r["start_success"] for r in runs]))
+    row: dict[str, Any] = {key: float(np.mean([r[key] for r in runs]))
+                           for key in ("generated_tokens", "leaves_per_1k_tokens",
+                                       "scorer_seconds", "rollout_seconds", "wall_seconds")}
+    signal = [r["signal_groups"] for r in runs if r.get("signal_groups") is not None]
+    row["signal_groups"] = float(np.mean(signal)) if signal else None
+    interval_bounds = [low, high] if len(runs) > 1 else None  # one seed: no interval
+    summary = {"final_success": mean, "ci95": interval_bounds, "start": start, **row,
+               "runs": runs}
+    per_seed = " / ".join(f"{r['final_success']:.3f}" for r in runs)
+    shown = "n/a" if row["signal_groups"] is None else f"{row['signal_groups']:.2f}"
+    interval = f"[{low:.3f}, {high:.3f}]" if len(runs) > 1 else "n/a (one seed)"
+    line = (f"| {strategy} | {mean:.3f} | {interval} | {per_seed} | {start:.3f} | "
+            f"{row['generated_tokens']:.0f} | {row['leaves_per_1k_tokens']:.2f} | {shown} | "
+            f"{row['scorer_seconds']:.1f} | {row['rollout_seconds']:.0f} | "
+            f"{row['wall_seconds']:.0f} |")
+    return summary, line
+
+
+def _mean_curve(runs: list[dict[str, Any]]) -> list[tuple[float, float, float, float]]:
+    """Held-out success against generated tokens, averaged over seeds point by point (mean
+    tokens, mean success and its t-interval)."""
+    curve = []
+    for i in range(len(runs[0]["curve"])):
+        xs = [r["curve"][i][0] for r in runs if len(r["curve"]) > i]
+        ys = [r["curve"][i][1] for r in runs if len(r["curve"]) > i]
+        m, lo, hi = t_interval(ys)
+        curve.append((float(np.mean(xs)), m, lo, hi))
+    return curve
+
+
+def _example_tree(report: Path, strategy: str, seed: int) -> None:
+    """The last saved tree of the strategy's first seed, copied and drawn beside the report."""
+    from treeroll.tree import load_tree
+    from treeroll.viz import render_tree_html, render_tree_png
+
+    trees = sorted((report / "runs" / f"{strategy}_seed{seed}" / "trees").glob("*.json"))
+    if trees:
+        tree = load_tree(trees[-1])
+        shutil.copy(trees[-1], report / f"tree_{strategy}.json")
+        render_tree_png(tree, report / f"tree_{strategy}.png")
+        render_tree_html(tree, report / f"tree_{strategy}.html")

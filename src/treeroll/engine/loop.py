@@ -471,23 +471,8 @@ def run_engine(tasks: Sequence[int] | np.ndarray, make_env: Callable[[], Env],
     rng = np.random.default_rng(seed)
     runs: list[_TreeRun] = []
     for i, task_seed in enumerate(tasks):
-        env = make_env()
-        tick = time.perf_counter()
-        error = None
-        try:
-            first_observation = env.reset(int(task_seed))
-            prompt_ids, prompt_text = turn_format.prompt(env.system_prompt, first_observation)
-        except Exception as err:  # a plug-in environment's bug: this task only
-            error, prompt_ids, prompt_text = describe(err), [], ""
-        timing["env"] += time.perf_counter() - tick
-        tree = RolloutTree.new(int(task_seed), tree_id=first_group_id + i,
-                               group_id=first_group_id + i, prompt_ids=prompt_ids,
-                               prompt_text=prompt_text)
-        tree.root.env = env
-        if error is not None:
-            tree.root.status, tree.root.env = NodeStatus.FAILED, None
-            tree.root.note = f"the environment's reset raised {error}"
-        tree.meta["strategy"] = plugin_name(strategy)
+        tree, prompt_ids = _new_tree(int(task_seed), first_group_id + i, make_env, turn_format,
+                                     strategy, timing)
         # Unsynchronised, a tree's strategy seed comes from (seed, tree id) alone, so a tree
         # grows the same whichever batch or worker it is in (treeroll.cli.ray_workers relies on
         # it); synchronous rounds draw it in task order, as the lockstep loop did.
@@ -513,12 +498,42 @@ def run_engine(tasks: Sequence[int] | np.ndarray, make_env: Callable[[], Env],
         engine._send(t, entries, engine._units_of(run, entries))
     engine.run()
     for run in runs:
-        for node in run.tree.nodes:
-            node.env = None
-            if node.status == NodeStatus.ACTIVE:
-                node.status = NodeStatus.BUDGET
-                node.note = node.note or "stopped with the rollout (budget)"
-        if isinstance(strategy, FinishingStrategy):  # e.g. Tree-GRPO keeps k leaves per tree
-            strategy.finish(run.tree, run.ctx)
-        engine._contain(run, [])  # scorer failures during finish (or never applied yet)
+        _close(run, strategy, engine)
     return [run.tree for run in runs], [run.ctx for run in runs], engine.turns
+
+
+def _new_tree(task_seed: int, tree_id: int, make_env: Callable[[], Env],
+              turn_format: TurnFormat, strategy: Strategy, timing: dict[str, float]
+              ) -> tuple[RolloutTree, list[int]]:
+    """A task's tree with its root's environment reset (a reset that raises fails this task
+    only: its root is FAILED) and the first prompt's ids."""
+    env = make_env()
+    tick = time.perf_counter()
+    error = None
+    try:
+        first_observation = env.reset(task_seed)
+        prompt_ids, prompt_text = turn_format.prompt(env.system_prompt, first_observation)
+    except Exception as err:  # a plug-in environment's bug: this task only
+        error, prompt_ids, prompt_text = describe(err), [], ""
+    timing["env"] += time.perf_counter() - tick
+    tree = RolloutTree.new(task_seed, tree_id=tree_id, group_id=tree_id, prompt_ids=prompt_ids,
+                           prompt_text=prompt_text)
+    tree.root.env = env
+    if error is not None:
+        tree.root.status, tree.root.env = NodeStatus.FAILED, None
+        tree.root.note = f"the environment's reset raised {error}"
+    tree.meta["strategy"] = plugin_name(strategy)
+    return tree, prompt_ids
+
+
+def _close(run: _TreeRun, strategy: Strategy, engine: _Engine) -> None:
+    """After the rollout: environments dropped, what still ran marked stopped by the budget,
+    the strategy's last word (a :class:`FinishingStrategy`), late scorer failures applied."""
+    for node in run.tree.nodes:
+        node.env = None
+        if node.status == NodeStatus.ACTIVE:
+            node.status = NodeStatus.BUDGET
+            node.note = node.note or "stopped with the rollout (budget)"
+    if isinstance(strategy, FinishingStrategy):  # e.g. Tree-GRPO keeps k leaves per tree
+        strategy.finish(run.tree, run.ctx)
+    engine._contain(run, [])  # scorer failures during finish (or never applied yet)
