@@ -135,3 +135,41 @@ def test_the_checks_catch_an_upward_import_and_a_circle():
              "treeroll.engine.a": {"treeroll.engine.b"}, "treeroll.engine.b": {"treeroll.engine.a"}}
     assert upward_imports(graph) == ["treeroll.tree -> treeroll.training.loss"]
     assert cycles(graph, 99) == [["treeroll.engine.a", "treeroll.engine.b", "treeroll.engine.a"]]
+
+
+def _protocol_members() -> set[str]:
+    """Every member name a protocol of ``treeroll.base`` / ``treeroll.environment`` declares."""
+    import inspect
+    import typing
+
+    from treeroll import base, environment
+
+    names: set[str] = set()
+    for module in (base, environment):
+        for _, obj in inspect.getmembers(module, inspect.isclass):
+            if getattr(obj, "_is_protocol", False) and obj.__module__ == module.__name__:
+                names |= set(typing.get_type_hints(obj)) | {
+                    n for n in vars(obj) if not n.startswith("_")}
+    return names
+
+
+def attribute_probes(members: set[str]) -> list[str]:
+    """``module:line name`` for each ``getattr`` / ``hasattr`` whose attribute is a protocol
+    member (a probe of a plug-in by name), outside the registries."""
+    found = []
+    for path in SRC.rglob("*.py"):
+        if "data" in path.relative_to(SRC).parts or path.name == "registry.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2
+                    and isinstance(node.args[1], ast.Constant)
+                    and node.args[1].value in members):
+                found.append(f"{_module_name(path)}:{node.lineno} {node.args[1].value}")
+    return sorted(found)
+
+
+def test_plugins_are_not_probed_for_protocol_members_by_name():
+    members = _protocol_members()
+    assert {"observe", "vocabulary_texts", "example_reply", "turn_limit", "name"} <= members
+    assert attribute_probes(members) == []

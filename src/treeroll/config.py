@@ -424,7 +424,7 @@ def _optim_problems(config: Any) -> list[tuple[str, str]]:
         found.append(("--optim.drop-zero-variance", "is on, but the 'sao' baseline is for one "
                       "rollout per task, whose every group has zero variance: nothing would "
                       "train"))
-    backend = getattr(getattr(config, "backend", None), "name", "hf")
+    backend = config.backend.name  # only a TrainConfig has both optim and advantage
     if optim.behaviour_lag and backend != "hf":
         found.append(("--optim.behaviour-lag", f"is {optim.behaviour_lag}, which needs the "
                       f"in-process 'hf' backend (a second copy of the model), not {backend!r}"))
