@@ -36,7 +36,7 @@ TIMING = {"rollout_seconds", "update_seconds", "timing"}
 
 def command(runs: Path, name: str, steps: int, *extra: str) -> list[str]:
     """``treeroll train`` on the tiny config."""
-    return [sys.executable, "-m", "treeroll.cli.main", "train", "--config", "configs/tiny.yaml",
+    return [sys.executable, "-m", "treeroll.cli", "train", "--config", "configs/tiny.yaml",
             "--runs-dir", str(runs), "--name", name, "--optim.steps", str(steps),
             "--checkpoint-every", "3", "--threads", "1", *extra]
 

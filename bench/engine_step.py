@@ -31,7 +31,7 @@ import torch
 from treeroll.assemble import make_backend, make_env_factory, make_strategy
 from treeroll.cli.session import starting_policy
 from treeroll.config import load_config
-from treeroll.engine.rollout import rollout
+from treeroll.engine.batch import rollout
 from treeroll.training.evaluation import task_pools
 from treeroll.tree import TokenCounts, token_counts
 

@@ -34,7 +34,7 @@ from treeroll.assemble import ADVANTAGES, make_env_factory, make_strategy
 from treeroll.backends.hf import HFBackend
 from treeroll.cli.session import starting_policy
 from treeroll.config import StrategyConfig, load_config
-from treeroll.engine.rollout import rollout
+from treeroll.engine.batch import rollout
 from treeroll.strategies import Chain
 from treeroll.training.evaluation import task_pools
 from treeroll.training.packed import unique_tokens

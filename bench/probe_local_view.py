@@ -205,7 +205,7 @@ def main() -> None:
            else ["--rollout.max-turn-tokens", str(args.max_turn_tokens)])
     work = Path(tempfile.mkdtemp(prefix="treeroll-probe-local-"))
     export = work / "policy"
-    sft = _last_json("sft", "treeroll.cli.main", [
+    sft = _last_json("sft", "treeroll.cli.commands", [
         "sft", "--config", str(ROOT / "configs" / "sft_frozenlake.yaml"), "--name", "sft_local",
         "--runs-dir", str(work / "runs"), "--policy.view", view,
         "--optim.steps", str(args.sft_steps), "--export", str(export), *cap])

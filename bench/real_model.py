@@ -54,7 +54,7 @@ from treeroll.assemble import make_env_factory  # noqa: E402
 from treeroll.backends.hf import HFBackend  # noqa: E402
 from treeroll.base import GenerationRequest, SamplingParams  # noqa: E402
 from treeroll.config import TrainConfig, with_policy_defaults  # noqa: E402
-from treeroll.engine.rollout import RolloutConfig  # noqa: E402
+from treeroll.engine.batch import RolloutConfig  # noqa: E402
 from treeroll.envs import make_frozenlake  # noqa: E402
 from treeroll.policies import Policy, load_policy  # noqa: E402
 from treeroll.strategies import TreeGRPO  # noqa: E402
@@ -171,7 +171,7 @@ def cost(policy: Policy, seeds: np.ndarray, turns: int, tasks: int) -> dict[str,
 
 def trained(args: argparse.Namespace) -> dict[str, Any]:
     """SFT then RL from the SFT policy, with their held-out figures and minutes."""
-    from treeroll.cli.main import _parse
+    from treeroll.cli.commands import _parse
     from treeroll.training.sft import SFTConfig
     from treeroll.training.sft_run import run_sft
     from treeroll.training.trainer import train

@@ -33,7 +33,7 @@ def main() -> None:
     parser.add_argument("--config", default=str(ROOT / "configs" / "sft_frozenlake.yaml"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="treeroll-sft-base-") as runs:
-        subprocess.run([sys.executable, "-m", "treeroll.cli.main", "sft", "--config", args.config,
+        subprocess.run([sys.executable, "-m", "treeroll.cli", "sft", "--config", args.config,
                         "--runs-dir", runs, "--name", "base", "--export", "None"], cwd=ROOT,
                        check=True, stdout=subprocess.DEVNULL)
         run = Path(runs) / "base"

@@ -20,7 +20,7 @@ from treeroll.base import (
     Strategy,
     StrategyContext,
 )
-from treeroll.engine.rollout import RolloutBatch, RolloutConfig, TimedScorer
+from treeroll.engine.batch import RolloutBatch, RolloutConfig, TimedScorer
 from treeroll.formatting import TurnFormat
 from treeroll.tree import Node, NodeStatus, RolloutTree
 

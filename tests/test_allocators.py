@@ -7,7 +7,7 @@ import pytest
 
 from treeroll.assemble import make_allocator
 from treeroll.engine.allocators import AllocatorConfig, Vigor, VigorConfig
-from treeroll.engine.rollout import RolloutConfig, rollout
+from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.strategies import Chain
 from treeroll.tree import NodeStatus, RolloutTree, leaves

@@ -173,7 +173,7 @@ def test_train_refuses_a_template_that_rejects_the_system_role_before_any_work(
         tmp_path / "gemma_like", "{% for m in messages %}{% if m['role'] == 'system' %}"
         "{{ raise_exception('System role not supported') }}{% endif %}{{ m['content'] }}"
         "{% endfor %}")
-    done = subprocess.run([sys.executable, "-m", "treeroll.cli.main", "train", "--policy.init",
+    done = subprocess.run([sys.executable, "-m", "treeroll.cli", "train", "--policy.init",
                            str(folder), "--runs-dir", str(tmp_path / "runs"), "--name", "x",
                            "--optim.steps", "1"], capture_output=True, text=True, timeout=600)
     said = " ".join((done.stdout + done.stderr).split())  # the console wraps long lines

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from treeroll.checks import ConfigError, checked, validate
-from treeroll.cli.main import main
+from treeroll.cli.commands import main
 from treeroll.config import TrainConfig, check_config
 from treeroll.training.sft import SFTConfig
 

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _treeroll(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "treeroll.cli.main", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "treeroll.cli", *args], cwd=ROOT,
                           capture_output=True, text=True, check=check, timeout=600)
 
 
@@ -151,7 +151,7 @@ def test_format_warm_start_teaches_well_formed_replies_and_needs_an_expert() -> 
 
     from treeroll.backends.hf import HFBackend
     from treeroll.config import EvalConfig, PolicyConfig
-    from treeroll.engine.rollout import RolloutConfig
+    from treeroll.engine.batch import RolloutConfig
     from treeroll.envs import make_frozenlake
     from treeroll.policies import build_policy
     from treeroll.policies.model import ModelConfig
@@ -253,7 +253,7 @@ def test_rollout_with_run_uses_its_settings_and_writes_under_runs(tmp_path, monk
     """`rollout --run` samples with the run's config.yaml (turns cut at its 12 tokens, its
     tree_grpo strategy), options given override it, and the tree and its pictures land under
     runs/rollouts/ (ignored by git), not in the current folder."""
-    from treeroll.cli.main import main
+    from treeroll.cli.commands import main
 
     run = _run_folder(tmp_path / "the_run", max_turn_tokens=12)
     monkeypatch.chdir(tmp_path)
@@ -291,7 +291,7 @@ def test_rollout_with_run_uses_its_settings_and_writes_under_runs(tmp_path, monk
 
 
 def test_help_lists_config_without_markup_and_errors_name_the_command(capsys) -> None:
-    from treeroll.cli.main import main
+    from treeroll.cli.commands import main
 
     with pytest.raises(SystemExit) as exited:
         main(["train", "--help"])
@@ -311,7 +311,7 @@ def test_help_lists_config_without_markup_and_errors_name_the_command(capsys) ->
 
 def test_policy_is_spelled_the_same_in_every_command() -> None:
     from treeroll.cli.compare import CompareConfig
-    from treeroll.cli.main import _parse, _policy_spelling
+    from treeroll.cli.commands import _parse, _policy_spelling
     from treeroll.config import TrainConfig
 
     assert _policy_spelling("train", ["--policy", "p", "--policy.view", "plain"]) == \

@@ -234,7 +234,7 @@ def test_ctrl_c_during_side_by_side_runs_checkpoints_each_at_a_whole_step(tmp_pa
                      base=replace(config.base, checkpoint_every=1000,
                                   optim=replace(config.base.optim, steps=400)))
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(config_to_dict(config)))
-    command = subprocess.Popen([sys.executable, "-m", "treeroll.cli.main", "compare", "--config",
+    command = subprocess.Popen([sys.executable, "-m", "treeroll.cli", "compare", "--config",
                                 str(tmp_path / "c.yaml")], cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, start_new_session=True,
                                # as from a terminal: a background job of a script (CI) starts

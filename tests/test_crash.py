@@ -21,7 +21,7 @@ WALL = {"seconds", "rollout_seconds", "update_seconds", "timing", "wall_seconds"
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "treeroll.cli.main", *args]
+    return [sys.executable, "-m", "treeroll.cli", *args]
 
 
 def _records(metrics: Path) -> list[dict]:

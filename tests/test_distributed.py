@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from treeroll.cli.ray_workers import RayRollout, RolloutWorker, same_trees, shares
-from treeroll.engine.rollout import RolloutConfig, rollout
+from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.policies import load_policy
 from treeroll.strategies import TreeGRPO
@@ -97,7 +97,7 @@ def test_ray_workers_give_the_single_process_trees(cluster, policy) -> None:
 
 
 def test_the_ray_rollout_command_saves_the_one_process_trees(cluster, policy, tmp_path) -> None:
-    from treeroll.cli.main import main as treeroll_main
+    from treeroll.cli.commands import main as treeroll_main
     from treeroll.config import TrainConfig
     from treeroll.training.evaluation import task_pools
     from treeroll.tree import load_tree
@@ -123,7 +123,7 @@ def test_the_ray_rollout_command_saves_the_one_process_trees(cluster, policy, tm
 @pytest.mark.parametrize("entry", ["treeroll ray-rollout", "python -m treeroll.cli.ray_run"])
 def test_the_ray_rollout_command_refuses_bad_numbers_before_any_work(entry, tmp_path,
                                                                      capsys) -> None:
-    from treeroll.cli.main import main as treeroll_main
+    from treeroll.cli.commands import main as treeroll_main
     from treeroll.cli.ray_run import main as module_main
 
     def main(args: list[str]) -> int:

@@ -18,7 +18,7 @@ def test_an_old_import_path_warns_and_gives_the_module_now_holding_it():
     sys.modules.pop("treeroll.rollout", None)
     with pytest.warns(DeprecationWarning, match=r"treeroll\.rollout moved to treeroll\.engine"):
         old = importlib.import_module("treeroll.rollout")
-    assert old is importlib.import_module("treeroll.engine.rollout")
+    assert old is importlib.import_module("treeroll.engine.batch")
     sys.modules.pop("treeroll.plugins", None)
     with pytest.warns(DeprecationWarning, match="treeroll.plugins moved to treeroll.assemble"):
         from treeroll.plugins import make_strategy  # the registries' old home
@@ -35,13 +35,13 @@ def test_an_old_import_path_warns_and_gives_the_module_now_holding_it():
     ({"advantage": {"beta": 0.3}}, 0.3, lambda c: c.advantage.planpo.beta),
 ])
 def test_an_old_config_key_lands_in_its_plugins_block_with_a_warning(old, value, new):
-    with pytest.warns(FutureWarning, match="moved to"):
+    with pytest.warns(FutureWarning, match="config keys moved"):
         config = merged_config(TrainConfig(), old)
     assert new(config) == value
 
 
 def test_an_old_command_line_option_is_rewritten_with_a_warning(tmp_path):
-    from treeroll.cli.main import _moved_flags
+    from treeroll.cli.commands import _moved_flags
 
     with pytest.warns(FutureWarning, match="--env.frozenlake.size-min") as caught:
         args = _moved_flags(["--env.size-min", "3", "--train.env.size_max=4", "--seed", "1"])
@@ -93,3 +93,85 @@ def test_optional_capabilities_are_declared_protocols():
     env.reset(0)
     assert isinstance(env, TurnLimitedEnv) and isinstance(env, VocabularyEnv)
     assert isinstance(env, GridEnv) and env.largest_side == 5
+
+
+def _settings_of_0_1() -> dict:
+    """A run folder's ``config.yaml`` as treeroll 0.1 wrote it: every key, the moved ones at
+    the top of their sections, no plug-in blocks."""
+    from treeroll.config import config_to_dict
+
+    saved = config_to_dict(TrainConfig())
+    for section, block in (("env", "frozenlake"), ("env", "swe"), ("scorer", "blend"),
+                           ("scorer", "judge"), ("advantage", "gigpo"),
+                           ("advantage", "planpo")):
+        saved[section].pop(block)
+    saved["env"].update(size_min=None, size_max=None, slippery=None, format_penalty=None,
+                        instances=None, repos=None)
+    saved["scorer"].update(blend_a="frozenlake_progress", blend_b="degeneracy",
+                           blend_lambda=0.7, judge_model_path=None)
+    saved["advantage"].update(omega=1.0, gamma=0.95, beta=0.2)
+    return saved
+
+
+def test_a_run_folder_of_0_1_resumes_without_differences_or_warnings(tmp_path):
+    import yaml
+
+    from treeroll.config import as_current, config_to_dict
+    from treeroll.training.runfolder import RunFolder, config_differences
+
+    saved = _settings_of_0_1()
+    assert config_differences(saved, config_to_dict(TrainConfig()), ()) != []  # read raw
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert config_differences(as_current(TrainConfig, saved),
+                                  config_to_dict(TrainConfig()), ()) == []
+    folder = tmp_path / "runs" / "old"
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "checkpoints" / "last.pt").write_bytes(b"")  # only its presence is checked here
+    (folder / "config.yaml").write_text(yaml.safe_dump(saved))
+    run = RunFolder(str(tmp_path / "runs"), "old", True)
+    run.check_config(config_to_dict(TrainConfig()),
+                     normalise=lambda s: as_current(TrainConfig, s))  # no error: same settings
+    with pytest.raises(ValueError, match="other settings"):
+        run.check_config(config_to_dict(TrainConfig()))  # what 0.2 did before the fix
+
+
+def test_an_old_key_beside_its_new_one_is_refused_naming_both():
+    with pytest.raises(ValueError, match=r"env\.size_min \(treeroll 0\.1\) and "
+                                         r"env\.frozenlake\.size_min are both set"):
+        merged_config(TrainConfig(), {"env": {"size_min": 3, "frozenlake": {"size_min": 4}}})
+
+
+def test_a_0_1_config_at_its_defaults_reads_without_a_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        merged_config(TrainConfig(), {"env": {"size_min": None}, "advantage": {"omega": 1.0}})
+
+
+@pytest.mark.parametrize("module", ["treeroll.cli", "treeroll.cli_ray"])
+def test_the_command_modules_run_with_python_dash_m_old_and_new(module):
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", module,
+                           "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "usage" in done.stdout
+
+
+def test_a_broken_entry_point_is_skipped_with_a_warning_not_a_crash(tmp_path):
+    import os
+    import subprocess
+
+    site = tmp_path / "site"
+    info = site / "broken-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[treeroll.strategies]\nbroken = no_such_module:Nothing\nchain = also_missing:X\n")
+    done = subprocess.run(
+        [sys.executable, "-c", "from treeroll.config import TrainConfig; TrainConfig()"],
+        env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True,
+        timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "'broken' from entry point 'no_such_module:Nothing' skipped" in done.stderr
+    assert "'chain' from entry point 'also_missing:X' skipped: the name is taken" in done.stderr

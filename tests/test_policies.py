@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from treeroll.backends.hf import HFBackend
-from treeroll.engine.rollout import RolloutConfig, rollout
+from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.policies import load_policy, resolve_policy, shipped_policies
 from treeroll.strategies import Chain
@@ -60,7 +60,7 @@ def test_unknown_policy_and_folder_without_model_are_clear_errors(tmp_path: Path
 
 
 def test_eval_command_on_the_shipped_base_starts_without_a_run() -> None:
-    result = subprocess.run([sys.executable, "-m", "treeroll.cli.main", "eval", "--policy",
+    result = subprocess.run([sys.executable, "-m", "treeroll.cli", "eval", "--policy",
                              "frozenlake-tiny", "--tasks", "8"], cwd=ROOT, capture_output=True,
                             text=True, timeout=300, check=True)
     record = json.loads(result.stdout.strip().splitlines()[-1])
@@ -91,7 +91,7 @@ def test_policy_folder_without_tokenizer_is_refused_naming_the_files(tmp_path: P
 
 def test_eval_on_a_folder_without_weights_exits_2_before_loading(tmp_path: Path) -> None:
     folder = _copy_of_base(tmp_path, drop=("model.safetensors",))
-    result = subprocess.run([sys.executable, "-m", "treeroll.cli.main", "eval", "--policy",
+    result = subprocess.run([sys.executable, "-m", "treeroll.cli", "eval", "--policy",
                              str(folder), "--tasks", "2"], cwd=ROOT, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 2 and "no weights" in result.stderr

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from treeroll.cli.main import _parse
+from treeroll.cli.commands import _parse
 from treeroll.config import TrainConfig, with_policy_defaults
 from treeroll.policies import policy_defaults, resolve_policy
 from treeroll.policies.fetch import REAL_POLICIES

@@ -24,7 +24,7 @@ TIMING = {"rollout_seconds", "update_seconds", "timing"}
 
 
 def _command(runs: Path, name: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "treeroll.cli.main", "train", "--config", "configs/tiny.yaml",
+    return [sys.executable, "-m", "treeroll.cli", "train", "--config", "configs/tiny.yaml",
             "--runs-dir", str(runs), "--name", name, "--optim.steps", "10",
             "--checkpoint-every", "3", "--threads", "1", *extra]
 
@@ -188,7 +188,7 @@ def test_ctrl_c_during_an_update_keeps_that_steps_record_and_the_resume_is_exact
 def test_a_damaged_checkpoint_is_named_in_a_clear_error_not_an_unpickling_traceback(
         tmp_path) -> None:
     runs = tmp_path / "runs"
-    base = [sys.executable, "-m", "treeroll.cli.main", "train", "--config", "configs/tiny.yaml",
+    base = [sys.executable, "-m", "treeroll.cli", "train", "--config", "configs/tiny.yaml",
             "--runs-dir", str(runs), "--name", "hurt", "--checkpoint-every", "1",
             "--threads", "1"]
     subprocess.run([*base, "--optim.steps", "1"], cwd=ROOT, check=True, capture_output=True)

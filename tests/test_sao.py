@@ -61,7 +61,7 @@ def test_the_behaviour_policy_samples_with_the_weights_of_lag_updates_before() -
 
 
 def _train(runs: Path, name: str, steps: int, *extra: str) -> list[dict]:
-    command = [sys.executable, "-m", "treeroll.cli.main", "train", "--config", "configs/tiny.yaml",
+    command = [sys.executable, "-m", "treeroll.cli", "train", "--config", "configs/tiny.yaml",
                "--runs-dir", str(runs), "--name", name, "--optim.steps", str(steps),
                "--checkpoint-every", "1", "--threads", "1", "--strategy.name", "chain",
                "--strategy.chain.group-size", "1", "--optim.tasks-per-step", "4",

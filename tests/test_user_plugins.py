@@ -12,7 +12,7 @@ import pytest
 
 from treeroll.assemble import make_backend, make_env_factory, make_estimator, make_strategy
 from treeroll.checks import ConfigError, checked
-from treeroll.cli.main import _parse
+from treeroll.cli.commands import _parse
 from treeroll.config import AdvantageConfig, BackendConfig, TrainConfig, load_config
 from treeroll.envs import make_frozenlake
 from treeroll.strategies import Chain

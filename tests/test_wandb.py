@@ -76,7 +76,7 @@ def read_history(run_file: Path, wait_s: float = 60.0) -> list[tuple[int, dict[s
 
 
 def _train(runs: Path, *extra: str) -> None:
-    subprocess.run([sys.executable, "-m", "treeroll.cli.main", "train", "--config",
+    subprocess.run([sys.executable, "-m", "treeroll.cli", "train", "--config",
                     "configs/tiny.yaml", "--runs-dir", str(runs), "--name", "w",
                     "--threads", "1", "--wandb.project", "treeroll-test",
                     "--wandb.mode", "offline", *extra],

@@ -12,14 +12,15 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
 import warnings
-from types import ModuleType
+from types import CodeType, ModuleType
 
 __all__ = ["MOVED", "install"]
 
 MOVED: dict[str, str] = {
-    "treeroll.rollout": "treeroll.engine.rollout",
+    "treeroll.rollout": "treeroll.engine.batch",
     "treeroll.budgets": "treeroll.engine.budgets",
     "treeroll.faults": "treeroll.engine.faults",
     "treeroll.allocators": "treeroll.engine.allocators",
@@ -48,7 +49,11 @@ paths as packages exporting the same names)."""
 
 
 class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds an old path of :data:`MOVED` and loads it as the module that replaced it."""
+    """Finds an old path of :data:`MOVED` and loads it as the module that replaced it
+    (``import``), or runs that module (``python -m``)."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, importlib.machinery.ModuleSpec | None] = {}
 
     def find_spec(self, fullname: str, path: object, target: object = None
                   ) -> importlib.machinery.ModuleSpec | None:
@@ -56,14 +61,36 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             return None
         return importlib.machinery.ModuleSpec(fullname, self)
 
+    @staticmethod
+    def _warn(name: str) -> None:
+        warnings.warn(f"{name} moved to {MOVED[name]} (treeroll 0.2); the old path goes in 0.3",
+                      DeprecationWarning, stacklevel=3)
+
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        new = MOVED[spec.name]
-        warnings.warn(f"{spec.name} moved to {new} (treeroll 0.2); the old path goes in 0.3",
-                      DeprecationWarning, stacklevel=2)
-        return importlib.import_module(new)
+        self._warn(spec.name)
+        module = importlib.import_module(MOVED[spec.name])
+        self._specs[spec.name] = module.__spec__  # the import system overwrites it next
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        """Nothing to run: the module was imported under its new name."""
+        """Nothing to run (the module was imported under its new name); its own spec back."""
+        for old, spec in list(self._specs.items()):
+            if spec is not None and spec.name == module.__name__:
+                module.__spec__ = spec
+                del self._specs[old]
+
+    def get_code(self, fullname: str) -> CodeType | None:
+        """``python -m <old path>``: the new module's code, run as ``__main__``."""
+        self._warn(fullname)
+        spec = importlib.util.find_spec(MOVED[fullname])
+        loader = spec.loader if spec is not None else None
+        if not isinstance(loader, importlib.abc.InspectLoader):
+            raise ImportError(f"cannot run {MOVED[fullname]}")
+        return loader.get_code(MOVED[fullname])
+
+    def is_package(self, fullname: str) -> bool:
+        """No old path was a package."""
+        return False
 
 
 def install() -> None:

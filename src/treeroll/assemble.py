@@ -2,9 +2,10 @@
 
 :func:`assemble` turns a config (``treeroll.config.TrainConfig`` or any config with its
 sections) into the environment factory, strategy, advantage estimator and process scorer, and
-gives the backend and a fresh allocator on demand; the trainer, SFT, evaluation, ``treeroll
-rollout``, the Ray commands and the trainer adapters all build their parts here. Each kind of
-plug-in is looked up in its own package's registry (:data:`treeroll.envs.ENVS`,
+gives the backend and a fresh allocator on demand; the trainer, ``treeroll rollout`` and the
+trainer adapters build their parts with it, and every other command (SFT, evaluation, the Ray
+command) builds what it needs with the same functions below, each a lookup in one registry.
+Each kind of plug-in is looked up in its own package's registry (:data:`treeroll.envs.ENVS`,
 :data:`treeroll.strategies.STRATEGIES`, :data:`treeroll.credit.ADVANTAGES`,
 :data:`treeroll.scorers.SCORERS`, :data:`treeroll.backends.BACKENDS`,
 :data:`treeroll.engine.ALLOCATORS`); ``package.module:object`` names a user's own.
@@ -17,7 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from treeroll.backends import BACKENDS, backend_streams, make_backend, sync_weights
+from treeroll.backends import (
+    BACKENDS,
+    BackendPlugin,
+    backend_streams,
+    make_backend,
+    register_backend,
+    sync_weights,
+)
 from treeroll.base import (
     AdvantageEstimator,
     Allocator,
@@ -26,6 +34,7 @@ from treeroll.base import (
     ProcessScorer,
     ScoringStrategy,
     Strategy,
+    plugin_name,
 )
 from treeroll.credit import ADVANTAGES, make_estimator
 from treeroll.engine import ALLOCATORS, make_allocator
@@ -34,9 +43,9 @@ from treeroll.scorers import SCORERS, make_scorer
 from treeroll.strategies import STRATEGIES, make_strategy
 
 __all__ = ["ADVANTAGES", "ALLOCATORS", "BACKENDS", "ENVS", "ENV_SCORERS", "SCORERS", "STRATEGIES",
-           "Parts", "assemble", "backend_streams", "make_allocator", "make_backend",
-           "make_env_factory", "make_estimator", "make_scorer", "make_strategy",
-           "scorer_name_for", "sync_weights"]
+           "BackendPlugin", "Parts", "assemble", "backend_streams", "make_allocator",
+           "make_backend", "make_env_factory", "make_estimator", "make_scorer", "make_strategy",
+           "register_backend", "scorer_name_for", "sync_weights"]
 
 
 def scorer_name_for(scorer_name: str | None, strategy: Strategy, env_name: str) -> str | None:
@@ -49,7 +58,7 @@ def scorer_name_for(scorer_name: str | None, strategy: Strategy, env_name: str) 
     ``--scorer.name`` (PATR would otherwise silently become the random tree)."""
     if scorer_name or not (isinstance(strategy, ScoringStrategy) and strategy.use_scores):
         return scorer_name or None
-    name = type(strategy).__name__
+    name = repr(plugin_name(strategy))
     default = ENV_SCORERS.get(env_name)
     if default is None:
         raise ValueError(f"strategy {name} steers by process scores, but no scorer "

@@ -64,6 +64,7 @@ __all__ = [
     "StepResult",
     "Strategy",
     "StrategyContext",
+    "StreamingBackend",
     "TurnLimitedEnv",
     "UnitStrategy",
     "UpdatableBackend",

@@ -17,7 +17,13 @@ from typing import Any, TypeVar
 
 import yaml
 
-from treeroll.backends import BackendConfig
+from treeroll.backends import (
+    BackendConfig,
+    HFBackendConfig,
+    LlamaCppBackendConfig,
+    SGLangBackendConfig,
+    VLLMBackendConfig,
+)
 from treeroll.checks import checked
 from treeroll.credit import AdvantageConfig
 from treeroll.credit.objectives import POLICY_LOSSES, LossConfig
@@ -34,12 +40,17 @@ __all__ = [
     "AdvantageConfig",
     "EnvConfig",
     "EvalConfig",
+    "HFBackendConfig",
+    "LlamaCppBackendConfig",
     "OptimConfig",
     "PolicyConfig",
+    "SGLangBackendConfig",
     "ScorerConfig",
     "StrategyConfig",
     "TrainConfig",
+    "VLLMBackendConfig",
     "WandbConfig",
+    "as_current",
     "check_config",
     "config_to_dict",
     "load_config",
@@ -225,23 +236,36 @@ MOVED_KEYS: dict[tuple[str, str], str] = _moved_key_table()
 read from YAML and the command line with a warning, for one release."""
 
 
-def _moved_keys(cls: type, data: dict[str, Any], where: str, warn: bool = True
-                ) -> dict[str, Any]:
+def _moved_keys(cls: type, data: dict[str, Any], where: str, warn: bool = True,
+                problems: list[str] | None = None) -> dict[str, Any]:
     """``data`` with the keys treeroll 0.1 kept in a section but 0.2 keeps in a plug-in's
-    block (``cls.renamed``: ``env.size_min`` -> ``env.frozenlake.size_min``) moved there,
-    each with a :class:`FutureWarning` naming both."""
+    block (``cls.renamed``: ``env.size_min`` -> ``env.frozenlake.size_min``) moved there.
+    One :class:`FutureWarning` lists the moved keys whose value is not the default (a 0.1 run
+    folder's ``config.yaml`` writes every key); an old key given beside its new one is a
+    problem naming both (in ``problems``, else a ``ValueError``)."""
     renamed: dict[str, str] = getattr(cls, "renamed", None) or {}  # a section's ClassVar
     moved = [key for key in data if key in renamed]
     if not moved:
         return data
-    data = dict(data)
+    data, hints, said = dict(data), typing.get_type_hints(cls), []
     for key in moved:
         block, _, inner = renamed[key].partition(".")
         old, new = f"{where}.{key}".lstrip("."), f"{where}.{renamed[key]}".lstrip(".")
-        if warn:
-            warnings.warn(f"config key {old} moved to {new} (treeroll 0.2); the old key goes "
-                          "in 0.3", FutureWarning, stacklevel=4)
-        data[block] = {**(data.get(block) or {}), inner: data.pop(key)}
+        given = data.get(block) or {}
+        if isinstance(given, dict) and inner in given:
+            message = f"config keys {old} (treeroll 0.1) and {new} are both set: keep {new}"
+            if problems is None:
+                raise ValueError(message)
+            problems.append(message)
+            data.pop(key)
+            continue
+        value = data.pop(key)
+        if value != getattr(hints[block](), inner):
+            said.append(f"{old} -> {new}")
+        data[block] = {**given, inner: value}
+    if warn and said:
+        warnings.warn(f"config keys moved in treeroll 0.2 (the old ones go in 0.3): "
+                      f"{', '.join(said)}", FutureWarning, stacklevel=2)
     return data
 
 
@@ -251,7 +275,7 @@ def _collect(cls: type[T], data: Any, where: str, problems: list[str]) -> T:
     if not isinstance(data, dict):
         problems.append(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
         return cls()
-    data = _moved_keys(cls, data, where)
+    data = _moved_keys(cls, data, where, problems=problems)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {}
@@ -329,10 +353,36 @@ def _merged(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def as_current(cls: type, saved: dict[str, Any]) -> dict[str, Any]:
+    """Settings a run folder saved (its ``config.yaml``), read as this version of ``cls``
+    would write them: keys moved since (silently), blocks added since (their defaults), so
+    that comparing them with a config of today shows only real differences. A file that no
+    longer reads is returned as it is (the comparison then names what differs)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        try:
+            return config_to_dict(_build(cls, saved, ""))
+        except ValueError:
+            return saved
+
+
 def merged_config(base: T, overlay: dict[str, Any]) -> T:
     """``base`` with a config mapping (a YAML file's) on top, recursively; its keys and
-    values are checked as a config file's are."""
-    return _build(type(base), _merged(config_to_dict(base), overlay), "")
+    values are checked as a config file's are (keys moved since 0.1 are read where they live
+    now before the two are merged)."""
+    return _build(type(base), _merged(config_to_dict(base), _migrated(type(base), overlay, "")),
+                  "")
+
+
+def _migrated(cls: Any, data: Any, where: str) -> Any:
+    """``data`` with the moved keys of every section in it moved (:func:`_moved_keys`)."""
+    if not isinstance(data, dict) or not isinstance(cls, type) or not dataclasses.is_dataclass(cls):
+        return data
+    data = _moved_keys(cls, data, where)
+    hints = typing.get_type_hints(cls)
+    return {key: _migrated(hints[key], value, f"{where}.{key}".lstrip("."))
+            if key in hints and dataclasses.is_dataclass(hints[key]) else value
+            for key, value in data.items()}
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:
@@ -369,7 +419,7 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
         found += _optim_problems(config)
     if "rollout" in sections and "backend" in sections:
         from treeroll.backends import backend_streams
-        from treeroll.engine.rollout import continuous_problems
+        from treeroll.engine.batch import continuous_problems
 
         backend = config.backend.name
         found += continuous_problems(config.rollout, backend, backend_streams(backend),
@@ -418,14 +468,24 @@ def _registered_names(config: Any, sections: set[str]) -> list[tuple[str, str]]:
 def _optim_problems(config: Any) -> list[tuple[str, str]]:
     """Settings that do not go together: SAO's batch baseline with dropping one-leaf groups,
     a lagged sampler on a server backend, one objective's keys with the other objective."""
+    import inspect
+
+    from treeroll.backends import BACKENDS
+    from treeroll.base import BatchAdvantageEstimator
+    from treeroll.credit import ADVANTAGES
+
     found = []
     optim, loss = config.optim, config.optim.loss
-    if config.advantage.name == "sao" and optim.drop_zero_variance:
-        found.append(("--optim.drop-zero-variance", "is on, but the 'sao' baseline is for one "
-                      "rollout per task, whose every group has zero variance: nothing would "
-                      "train"))
+    name = config.advantage.name
+    estimator = ADVANTAGES.get(name) if name in ADVANTAGES else None
+    if (inspect.isclass(estimator) and issubclass(estimator, BatchAdvantageEstimator)
+            and optim.drop_zero_variance):
+        found.append(("--optim.drop-zero-variance", f"is on, but the {name!r} baseline is for "
+                      "one rollout per task, whose every group has zero variance: nothing "
+                      "would train"))
     backend = config.backend.name  # only a TrainConfig has both optim and advantage
-    if optim.behaviour_lag and backend != "hf":
+    in_process = backend in BACKENDS and BACKENDS.get(backend).in_process
+    if optim.behaviour_lag and not in_process:
         found.append(("--optim.behaviour-lag", f"is {optim.behaviour_lag}, which needs the "
                       f"in-process 'hf' backend (a second copy of the model), not {backend!r}"))
     if loss.objective not in POLICY_LOSSES:

@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from treeroll.assemble import assemble, make_allocator
+from treeroll.assemble import assemble, make_allocator, make_estimator
 from treeroll.base import (
     BatchAdvantageEstimator,
     Env,
@@ -45,7 +45,7 @@ from treeroll.base import (
 )
 from treeroll.config import TrainConfig, check_config, load_config
 from treeroll.credit.estimators import token_credit, weighted
-from treeroll.engine.rollout import RolloutConfig, rollout
+from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.formatting import TurnFormat
 from treeroll.policies import Policy, resolve_policy
 from treeroll.strategies import Chain
@@ -260,13 +260,13 @@ class TreeGroups:
                              f"{group_size}: make it EarlyForks(group_size={group_size}, ...)")
         check_config(config)
         self.config, self.turn_format, self.group_size = config, turn_format, group_size
-        self.parts = assemble(config, make_env=make_env, strategy=shape, scorer=scorer)
-        self.make_env, self.strategy = self.parts.make_env, self.parts.strategy
-        self.estimator, self.scorer = self.parts.estimator, self.parts.scorer
-        if isinstance(self.estimator, BatchAdvantageEstimator):
+        if isinstance(make_estimator(config.advantage), BatchAdvantageEstimator):
             raise ValueError(f"advantage.name {config.advantage.name!r} compares the tasks of a "
                              "whole batch; a trainer adapter credits one task's group at a "
                              "time: choose a per-group estimator (grpo, rloo, tree, ...)")
+        self.parts = assemble(config, make_env=make_env, strategy=shape, scorer=scorer)
+        self.make_env, self.strategy = self.parts.make_env, self.parts.strategy
+        self.estimator, self.scorer = self.parts.estimator, self.parts.scorer
         budget = config.rollout.max_leaves
         self.rollout_config = replace(config.rollout, max_leaves=max(budget or 0, group_size))
 

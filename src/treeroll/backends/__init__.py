@@ -40,6 +40,9 @@ class BackendPlugin:
     streams: bool
     config: type | None = None
     """The backend's settings dataclass, its ``backend.<name>`` block (None: none)."""
+    in_process: bool = False
+    """Whether it decodes with the trainer's own model object in this process (a lagged
+    behaviour policy, ``optim.behaviour_lag``, needs a second such copy)."""
 
 
 BACKENDS: Registry[BackendPlugin] = Registry("backend")
@@ -47,9 +50,9 @@ BACKENDS: Registry[BackendPlugin] = Registry("backend")
 
 
 def register_backend(name: str, builder: BackendBuilder, *, streams: bool,
-                     config: type | None = None) -> BackendBuilder:
+                     config: type | None = None, in_process: bool = False) -> BackendBuilder:
     """Register ``builder`` as backend ``name`` (see :class:`BackendPlugin`)."""
-    BACKENDS.register(name, BackendPlugin(builder, streams, config))
+    BACKENDS.register(name, BackendPlugin(builder, streams, config, in_process))
     return builder
 
 
@@ -64,7 +67,7 @@ def _hf_backend(config: Any, policy: Any) -> GenerationBackend:
                      join_fraction=hf.join_fraction, join_wait=hf.join_wait)
 
 
-register_backend("hf", _hf_backend, streams=True, config=HFBackendConfig)
+register_backend("hf", _hf_backend, streams=True, config=HFBackendConfig, in_process=True)
 
 
 def _llamacpp_backend(config: Any, policy: Any) -> GenerationBackend:

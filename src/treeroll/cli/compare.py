@@ -31,9 +31,10 @@ import numpy as np
 import torch
 import yaml
 
+from treeroll.base import ScoringStrategy
 from treeroll.checks import checked, validate
 from treeroll.cli.efficiency import target_section
-from treeroll.config import TrainConfig, check_config, config_to_dict
+from treeroll.config import TrainConfig, as_current, check_config, config_to_dict
 from treeroll.training.evaluation import Reporter
 from treeroll.training.runfolder import config_differences, finished_steps
 from treeroll.training.trainer import train
@@ -132,7 +133,8 @@ def _run_config(config: CompareConfig, arm: str, seed: int) -> TrainConfig:
     base = config.base
     strategy, allocator = split_arm(arm)
     scorer = base.scorer
-    if strategy == "patr":
+    block = getattr(base.strategy, strategy, None)  # a registered strategy's settings block
+    if isinstance(block, ScoringStrategy) and block.use_scores:  # PATR: its scorer
         scorer = replace(scorer, name=config.patr_scorer)
     return replace(
         base, name=f"{arm}_seed{seed}", runs_dir=str(Path(config.report_dir) / "runs"),
@@ -161,8 +163,8 @@ def _settings_changed(run_config: TrainConfig) -> list[str]:
     saved_file = Path(run_config.runs_dir) / run_config.name / "config.yaml"
     if not saved_file.is_file():
         return []
-    differences = config_differences(yaml.safe_load(saved_file.read_text()) or {},
-                                     config_to_dict(run_config), REUSABLE_DIFFERENCES)
+    saved = as_current(TrainConfig, yaml.safe_load(saved_file.read_text()) or {})
+    differences = config_differences(saved, config_to_dict(run_config), REUSABLE_DIFFERENCES)
     if not differences:
         return []
     shown = ", ".join(f"{key}: {old!r} -> {new!r}" for key, old, new in differences[:3])

@@ -56,9 +56,11 @@ def run_ray_rollout(command: RayRolloutCommand, console: Any) -> int:
     if command.train.env.name == "swe":
         raise ValueError("--train.env.name swe: ray-rollout runs model policies; the scripted "
                          "SWE agent runs in one process (`treeroll rollout --env swe`)")
+    import functools
+
     import ray
 
-    from treeroll.assemble import assemble
+    from treeroll.assemble import make_backend, make_env_factory, make_strategy
     from treeroll.cli.ray_workers import RayRollout
     from treeroll.cli.session import starting_policy
     from treeroll.training.evaluation import task_pools
@@ -75,8 +77,11 @@ def run_ray_rollout(command: RayRolloutCommand, console: Any) -> int:
     elif started:
         ray.init(address=command.address)
     try:
-        parts = assemble(config)
-        pool = RayRollout(starting_policy(config), parts.make_env, parts.strategy, rollout_config,
+        # the environment, the strategy and the configured backend (no scorer: the workers
+        # grow trees without one, as before)
+        pool = RayRollout(starting_policy(config), make_env_factory(config.env),
+                          make_strategy(config.strategy), rollout_config,
+                          make_backend=functools.partial(make_backend, config.backend),
                           workers=command.workers, num_cpus=command.cpus_per_worker)
         batch = pool.rollout(tasks, seed=config.seed)
         pool.shutdown()

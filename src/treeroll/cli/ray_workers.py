@@ -6,7 +6,7 @@ default) and its environments, and grows its share's trees with the single-proce
 A task's whole tree is grown in one actor, so a group is never split across workers; the
 trees come back in task order with the tree ids the single-process run would give them.
 
-Results are the trees :func:`treeroll.engine.rollout.rollout` grows in one process for the same seed
+Results are the trees :func:`treeroll.engine.batch.rollout` grows in one process for the same seed
 (:func:`same_trees`: the same tokens, texts, rewards and shapes, logprobs equal within float
 rounding) when the engine is unsynchronised (``RolloutConfig.synchronous = False``): there each
 tree's request seeds and strategy seed come from ``(seed, tree id, ...)`` alone, and a seeded
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from treeroll.base import Env, Strategy
-from treeroll.engine.rollout import RolloutBatch, RolloutConfig, rollout
+from treeroll.engine.batch import RolloutBatch, RolloutConfig, rollout
 from treeroll.tree import tree_from_dict, tree_to_dict
 
 __all__ = ["RayRollout", "RolloutWorker", "same_trees", "shares"]
@@ -159,7 +159,7 @@ class RayRollout:
         if allocator is not None:
             raise ValueError("RayRollout grows each worker's share on its own: a batch-wide "
                              "allocator (VIGOR) needs every tree in one process; use "
-                             "treeroll.engine.rollout.rollout")
+                             "treeroll.engine.batch.rollout")
         start = time.perf_counter()
         tasks = [int(t) for t in tasks]
         parts = shares(len(tasks), len(self.workers))

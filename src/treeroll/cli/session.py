@@ -21,7 +21,7 @@ from treeroll.assemble import (
 )
 from treeroll.base import Env, GenerationBackend
 from treeroll.config import TrainConfig, load_config
-from treeroll.engine.rollout import rollout
+from treeroll.engine.batch import rollout
 from treeroll.formatting import TurnFormat
 from treeroll.policies import Policy, build_policy, check_context_length
 from treeroll.strategies import PATR
@@ -36,7 +36,7 @@ __all__ = ["apply_shortcuts", "build_one_tree", "describe_tree", "is_sft_run",
 def apply_shortcuts(config: TrainConfig, *, env: str | None, strategy: str | None,
                     scorer: str | None) -> TrainConfig:
     """``--env/--strategy/--scorer`` of ``treeroll rollout``, with the defaults each implies:
-    PATR scores with the environment's own scorer (``plugins.scorer_name_for``); the SWE
+    PATR scores with the environment's own scorer (``treeroll.assemble.scorer_name_for``); the SWE
     env's scripted agent writes long commands (4096-token turns) and PATR scores every
     K = 13 turns there, as in the paper."""
     config = replace(config)

@@ -62,7 +62,7 @@ class AllocatorConfig:
 
     name: str = "uniform"
     """``uniform`` (every task ``rollout.max_leaves`` / ``max_generated_tokens``), ``vigor``
-    (``treeroll.assemble.ALLOCATORS``)."""
+    (:data:`ALLOCATORS`)."""
     vigor: VigorConfig = field(default_factory=VigorConfig)
 
 
@@ -138,7 +138,7 @@ class Vigor:
 
 def build_vigor(config: AllocatorConfig, rollout: Any) -> Allocator:
     """VIGOR for one batch, redistributing ``rollout``'s per-task budget (a
-    :class:`treeroll.engine.rollout.RolloutConfig`); it needs a leaf budget and says so."""
+    :class:`treeroll.engine.batch.RolloutConfig`); it needs a leaf budget and says so."""
     group = config.vigor.group or rollout.max_leaves
     if group is None:
         raise ValueError("VIGOR redistributes a per-task leaf budget: set "

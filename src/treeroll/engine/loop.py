@@ -460,7 +460,7 @@ def run_engine(tasks: Sequence[int] | np.ndarray, make_env: Callable[[], Env],
                on_turn: Callable[[int, int], None] | None, allocator: Allocator | None,
                timing: dict[str, float]) -> tuple[list[RolloutTree], list[StrategyContext], int]:
     """Grow one tree per task seed; returns the trees, their contexts and the number of
-    backend calls. :func:`treeroll.engine.rollout.rollout` is the entry point that wraps this."""
+    backend calls. :func:`treeroll.engine.batch.rollout` is the entry point that wraps this."""
     extras = (strategy.sampling_extras() if isinstance(strategy, SamplingStrategy)
               else SamplingExtras())
     params = SamplingParams(temperature=config.temperature, top_p=config.top_p,

@@ -21,7 +21,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 
@@ -34,7 +34,6 @@ __all__ = ["SHIPPED", "Policy", "build_policy", "check_context_length", "check_p
            "load_policy", "longest_context", "max_positions", "policy_defaults", "resolve_policy",
            "save_policy", "shipped_policies"]
 
-T = TypeVar("T")
 
 SHIPPED = ("frozenlake-tiny",)
 """Names of the policies shipped inside the package."""

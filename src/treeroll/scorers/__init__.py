@@ -12,10 +12,10 @@ The built-ins, a module each (helpers they share in :mod:`treeroll.scorers.commo
 * :mod:`~treeroll.scorers.degeneracy` -- :class:`Degeneracy` (``degeneracy``).
 * :mod:`~treeroll.scorers.value` -- :class:`ValueScorer` (``value``), learned online.
 * :mod:`~treeroll.scorers.judge` -- :class:`JudgeScorer` (``judge``), an LLM judge.
-* :mod:`~treeroll.scorers.blend` -- :class:`Blend` (``blend``, :func:`blend`).
+* :mod:`~treeroll.scorers.mixture` -- :class:`Blend` (``blend``, :func:`blend`).
 
 The SWE environment's own scorer is :mod:`treeroll.envs.swe.scorer`. Scoring cost: the rollout
-engine wraps the scorer in :class:`treeroll.engine.rollout.TimedScorer` (wall time, calls,
+engine wraps the scorer in :class:`treeroll.engine.batch.TimedScorer` (wall time, calls,
 nodes); the judge also counts the tokens it made its backend compute.
 
 :data:`SCORERS` maps a name to a builder taking the :class:`ScorerConfig` and the run objects a
@@ -33,9 +33,9 @@ from treeroll.base import GenerationBackend, ProcessScorer
 from treeroll.checks import checked
 from treeroll.formatting import TurnFormat
 from treeroll.registry import Registry, build_user_plugin, plugin_section
-from treeroll.scorers.blend import Blend, blend
 from treeroll.scorers.degeneracy import Degeneracy
 from treeroll.scorers.judge import JUDGE_PROMPT, JudgeScorer, parse_rating
+from treeroll.scorers.mixture import Blend, blend
 from treeroll.scorers.progress import FrozenLakeProgress
 from treeroll.scorers.value import ValueScorer, trajectory_features
 
@@ -164,7 +164,7 @@ def build_blend(config: ScorerConfig, **context: Any) -> ProcessScorer:
 
 
 def make_scorer(config: ScorerConfig, **context: Any) -> ProcessScorer:
-    """The scorer named by ``config.name``: a registered name (``treeroll.assemble.SCORERS``)
+    """The scorer named by ``config.name``: a registered name (:data:`SCORERS`)
     or ``package.module:object`` (a scorer instance, or a class or builder given the
     ``scorer.options`` block).
 

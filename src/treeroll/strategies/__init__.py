@@ -19,6 +19,7 @@ Adding one: a module here with the dataclass, and one ``STRATEGIES.register`` li
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +47,21 @@ STRATEGIES.register("random_tree", RandomTree)
 STRATEGIES.register("arpo", ARPO)
 STRATEGIES.register("rtpo", RTPO)
 STRATEGIES.register("igrpo", IGRPO)
-STRATEGIES.load_entry_points("treeroll.strategies")  # installed packages' own strategies
+
+
+def _usable(obj: Any) -> str | None:
+    """Why an entry point's object cannot be a registered strategy (its class is its config
+    block: a dataclass that builds with its defaults)."""
+    if not (isinstance(obj, type) and dataclasses.is_dataclass(obj)):
+        return "a registered strategy is a dataclass (its fields are its settings)"
+    try:
+        obj()
+    except Exception as err:  # its own validation, or a field without a default
+        return f"it does not build with its defaults ({type(err).__name__}: {err})"
+    return None
+
+
+STRATEGIES.load_entry_points("treeroll.strategies", _usable)  # installed packages' own
 
 
 @dataclass

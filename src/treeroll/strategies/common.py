@@ -6,10 +6,12 @@ from collections.abc import Sequence
 
 from treeroll.tree import Node, NodeStatus, RolloutTree, leaves, path_to, subtree_index
 
-__all__ = ["action_key", "live_or_room", "repeated_action"]
+__all__ = ["action_key", "active_branches", "by_tree", "live_or_room", "repeated_action",
+           "subtree"]
 
 
 def active_branches(created: Sequence[Node]) -> list[Node]:
+    """The nodes of ``created`` still running: not ended and not stopped by the strategy."""
     return [n for n in created if not n.ended and n.status == NodeStatus.ACTIVE]
 
 
@@ -30,6 +32,7 @@ def by_tree(tree: RolloutTree) -> dict[int, list[Node]]:
 
 
 def subtree(node: Node) -> list[Node]:
+    """``node`` and every node below it."""
     out, stack = [], [node]
     while stack:
         current = stack.pop()

@@ -15,7 +15,7 @@ import numpy as np
 
 from treeroll.base import Env, GenerationBackend
 from treeroll.config import HELD_OUT_RESERVED, EnvConfig, EvalConfig
-from treeroll.engine.rollout import RolloutConfig, rollout
+from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.formatting import TurnFormat
 from treeroll.strategies import Chain
 from treeroll.tree import RolloutTree, leaves, path_to

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from treeroll.checks import check_duration
-from treeroll.config import config_to_dict
+from treeroll.config import as_current, config_to_dict
 from treeroll.training.runfolder import RunFolder, load_checkpoint, save_checkpoint
 
 __all__ = ["Lifecycle"]
@@ -42,7 +42,8 @@ class Lifecycle:
         self.folder = RunFolder(config.runs_dir, config.name, config.resume or extend,
                                 extend=extend, steps=steps)
         self.resolved = config_to_dict(config)
-        self.folder.check_config(self.resolved, resumable, force=force)
+        self.folder.check_config(self.resolved, resumable, force=force,
+                                 normalise=lambda saved: as_current(type(config), saved))
         self.existed = self.folder.path.exists()
 
     @contextlib.contextmanager

@@ -24,7 +24,7 @@ from treeroll.assemble import assemble, sync_weights
 from treeroll.base import BatchAdvantageEstimator, LearningScorer, plugin_name
 from treeroll.config import TrainConfig, check_config
 from treeroll.credit.estimators import token_credit, weighted
-from treeroll.engine.rollout import count_status, rollout
+from treeroll.engine.batch import count_status, rollout
 from treeroll.policies import build_policy, check_context_length, save_policy
 from treeroll.training.behaviour import StaleBehaviour
 from treeroll.training.evaluation import Reporter, Silent, evaluate, pool_words, task_pools

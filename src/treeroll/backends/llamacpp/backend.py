@@ -298,7 +298,7 @@ def managed(policy: Any, **options: Any) -> ManagedLlamaCpp:
     ``gguf`` is given (``--backend.options gguf ''`` writes the float32 weights from the
     start); each slot holds the model's positions (at most 8,192) unless ``ctx_per_slot`` is
     given."""
-    source = policy.meta.get("gguf")
+    source = (getattr(policy, "meta", None) or {}).get("gguf")  # a Policy has meta
     options.setdefault("gguf", source if source and Path(source).is_file() else None)
     positions = getattr(policy.model.config, "max_position_embeddings", None)
     if positions:  # room for the longest context the model takes (at most 8,192 a slot)
