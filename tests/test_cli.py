@@ -310,8 +310,8 @@ def test_help_lists_config_without_markup_and_errors_name_the_command(capsys) ->
 
 
 def test_policy_is_spelled_the_same_in_every_command() -> None:
-    from treeroll.cli.compare import CompareConfig
     from treeroll.cli.commands import _parse, _policy_spelling
+    from treeroll.cli.compare import CompareConfig
     from treeroll.config import TrainConfig
 
     assert _policy_spelling("train", ["--policy", "p", "--policy.view", "plain"]) == \
