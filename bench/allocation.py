@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from treeroll.compare import CompareConfig, run_compare
+from treeroll.cli.compare import CompareConfig, run_compare
 from treeroll.config import load_config
 from treeroll.training.runfolder import move_aside
 

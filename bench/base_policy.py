@@ -32,10 +32,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from treeroll.assemble import make_env_factory
 from treeroll.backends.hf import HFBackend
 from treeroll.config import load_config
 from treeroll.envs.frozenlake import HOLE, start_distance
-from treeroll.plugins import make_env_factory
 from treeroll.policies import load_policy
 from treeroll.training.evaluation import evaluate, task_pools
 from treeroll.tree import leaves, path_to

@@ -19,7 +19,7 @@ never); then ``patr_minus_chain``, ``patr_separated_from_chain`` (PATR's interva
 above chain's) and ``patr_tokens_over_chain`` (PATR's tokens to reach chain's final over
 chain's own). With ``targets`` in the config (``configs/compare_hard.yaml``), each strategy
 also carries ``seeds`` and ``tokens_to_target``: per target, the mean tokens over seeds with a
-bootstrap 95% interval and the ratio to chain's (``treeroll.efficiency``).
+bootstrap 95% interval and the ratio to chain's (``treeroll.cli.efficiency``).
 
     python bench/compare_strategies.py --config configs/compare_hard.yaml \
         --copy-to docs/compare_hard
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from treeroll.compare import CompareConfig, run_compare
+from treeroll.cli.compare import CompareConfig, run_compare
 from treeroll.config import load_config
 from treeroll.training.runfolder import move_aside
 

@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from treeroll.assemble import make_backend, make_env_factory, make_strategy
+from treeroll.cli.session import starting_policy
 from treeroll.config import load_config
-from treeroll.plugins import make_backend, make_env_factory, make_strategy
-from treeroll.rollout import rollout
-from treeroll.session import starting_policy
+from treeroll.engine.batch import rollout
 from treeroll.training.evaluation import task_pools
 from treeroll.tree import TokenCounts, token_counts
 

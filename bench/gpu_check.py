@@ -124,9 +124,9 @@ def rollout_on_gpu(quick: bool) -> dict[str, Any]:
     from rollout_cost import compare
     from server_backend import summary
     from treeroll.backends.hf import HFBackend
+    from treeroll.engine.batch import RolloutConfig
     from treeroll.envs import make_frozenlake
     from treeroll.policies import load_policy
-    from treeroll.rollout import RolloutConfig
 
     policy = load_policy("frozenlake-tiny")
     model = policy.model.eval().to("cuda")
@@ -148,9 +148,9 @@ def continuous_on_gpu(quick: bool) -> dict[str, Any]:
     from rollout_cost import compare
     from server_backend import summary
     from treeroll.backends.hf import HFBackend
+    from treeroll.engine.batch import RolloutConfig, rollout
     from treeroll.envs import make_frozenlake
     from treeroll.policies import load_policy
-    from treeroll.rollout import RolloutConfig, rollout
     from treeroll.strategies import TreeGRPO
     from treeroll.tree import leaves, path_to
 

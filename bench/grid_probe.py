@@ -26,9 +26,9 @@ import time
 import numpy as np
 import torch
 
-from treeroll.backends.local import ModelConfig, build_model, build_word_tokenizer
 from treeroll.envs.frozenlake import ACTION_NAMES, FrozenLakeEnv, make_frozenlake
 from treeroll.formatting import TurnFormat
+from treeroll.policies.model import ModelConfig, build_model, build_word_tokenizer
 
 
 def sample_state(seed: int, rng: np.random.Generator) -> tuple[FrozenLakeEnv, str]:

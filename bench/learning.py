@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from treeroll.compare import t_interval
+from treeroll.cli.compare import t_interval
 from treeroll.config import load_config, merged_config
 from treeroll.training.trainer import train
 
@@ -51,8 +51,8 @@ QUICK_STEPS = 24
 
 
 def dotted(settings: list[str]) -> dict:
-    """``["optim.lr=2e-4", "env.format_penalty=0.1"]`` as a nested config mapping (values read
-    as YAML)."""
+    """``["optim.lr=2e-4", "env.frozenlake.format_penalty=0.1"]`` as a nested config mapping
+    (values read as YAML)."""
     out: dict = {}
     for item in settings:
         key, _, value = item.partition("=")

@@ -30,11 +30,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from treeroll.assemble import ADVANTAGES, make_env_factory, make_strategy
 from treeroll.backends.hf import HFBackend
+from treeroll.cli.session import starting_policy
 from treeroll.config import StrategyConfig, load_config
-from treeroll.plugins import ADVANTAGES, make_env_factory, make_strategy
-from treeroll.rollout import rollout
-from treeroll.session import starting_policy
+from treeroll.engine.batch import rollout
 from treeroll.strategies import Chain
 from treeroll.training.evaluation import task_pools
 from treeroll.training.packed import unique_tokens

@@ -36,7 +36,8 @@ quick one.
 
 Each stage's last JSON line is printed as it ends; the last line joins them.
 
-The probe's recorded results (``docs/sft_recipe/probe_*.json``) ran on commit 4338bb0 and
+The probe's recorded results (``probe_*.json``, removed from ``docs/sft_recipe/`` on
+2026-12-05 and read from git history as that folder's README says) ran on commit 4338bb0 and
 before, when the quick RL run was 90 steps and the full one 240; both are shorter now (the
 default training fits 15 minutes), so rerunning it today trains for fewer steps. Since then
 the package ships the safe view and the explanation that copies its list (the shipped base's
@@ -204,7 +205,7 @@ def main() -> None:
            else ["--rollout.max-turn-tokens", str(args.max_turn_tokens)])
     work = Path(tempfile.mkdtemp(prefix="treeroll-probe-local-"))
     export = work / "policy"
-    sft = _last_json("sft", "treeroll.cli", [
+    sft = _last_json("sft", "treeroll.cli.commands", [
         "sft", "--config", str(ROOT / "configs" / "sft_frozenlake.yaml"), "--name", "sft_local",
         "--runs-dir", str(work / "runs"), "--policy.view", view,
         "--optim.steps", str(args.sft_steps), "--export", str(export), *cap])

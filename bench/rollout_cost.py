@@ -61,12 +61,12 @@ import numpy as np
 import torch
 
 from treeroll.backends.hf import HFBackend
-from treeroll.backends.local import ModelConfig, build_model
+from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.envs.swe import builtin_tasks, make_swe_env
 from treeroll.formatting import ByteTokenizer, TurnFormat
 from treeroll.policies import load_policy
-from treeroll.rollout import RolloutConfig, rollout
+from treeroll.policies.model import ModelConfig, build_model
 from treeroll.strategies import Chain, TreeGRPO
 from treeroll.tree import TokenCounts, token_counts
 

@@ -28,9 +28,9 @@ import torch
 
 from rollout_cost import MatchedChain  # type: ignore[import-not-found]
 from treeroll.backends.hf import HFBackend
+from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.policies import load_policy
-from treeroll.rollout import RolloutConfig, rollout
 from treeroll.strategies import TreeGRPO
 from treeroll.tree import TokenCounts, token_counts
 

@@ -6,7 +6,7 @@ base policy ``frozenlake-tiny``), run on two backends in one process:
 
 * ``hf``: the in-process transformers backend with its KV-cache trie;
 * ``llamacpp``: a real ``llama-server`` (built from PyPI's llama-cpp-python sources, see
-  ``treeroll.backends.llamacpp_server``) serving the same policy written as GGUF, reached over
+  ``treeroll.backends.llamacpp.server``) serving the same policy written as GGUF, reached over
   HTTP with token ids in and out; its prompt-cache accounting is the server's own
   (``timings.cache_n`` / ``prompt_n``). Each slot keeps its last sequence's KV and the server
   routes a request to the slot sharing the longest prefix; idle slots are saved to and
@@ -43,9 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rollout_cost import compare
 from treeroll.backends.hf import HFBackend
 from treeroll.backends.llamacpp import ManagedLlamaCpp
+from treeroll.engine.batch import RolloutConfig
 from treeroll.envs import make_frozenlake
 from treeroll.policies import load_policy
-from treeroll.rollout import RolloutConfig
 from treeroll.tree import TokenCounts
 
 

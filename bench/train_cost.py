@@ -42,14 +42,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from treeroll.advantages import grpo
 from treeroll.backends.hf import HFBackend
-from treeroll.backends.local import ModelConfig, build_model, build_word_tokenizer
 from treeroll.config import PolicyConfig
+from treeroll.credit.estimators import grpo
+from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.formatting import TurnFormat
 from treeroll.policies import Policy
-from treeroll.rollout import RolloutConfig, rollout
+from treeroll.policies.model import ModelConfig, build_model, build_word_tokenizer
 from treeroll.strategies import PATR, Chain, TreeGRPO
 from treeroll.training.loss import LossConfig, TrainItem, expanded_backward
 from treeroll.training.packed import packed_backward, unique_tokens

@@ -1,4 +1,4 @@
-"""The lockstep rollout loop treeroll had before :mod:`treeroll.engine`, frozen as the
+"""The lockstep rollout loop treeroll had before :mod:`treeroll.engine.loop`, frozen as the
 reference the engine's synchronous mode must reproduce token for token (issue #11). Do not
 change it: it is what every figure measured before the engine was measured with."""
 
@@ -20,8 +20,8 @@ from treeroll.base import (
     Strategy,
     StrategyContext,
 )
+from treeroll.engine.batch import RolloutBatch, RolloutConfig, TimedScorer
 from treeroll.formatting import TurnFormat
-from treeroll.rollout import RolloutBatch, RolloutConfig, TimedScorer
 from treeroll.tree import Node, NodeStatus, RolloutTree
 
 

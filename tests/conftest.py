@@ -7,10 +7,10 @@ from collections.abc import Sequence
 import pytest
 import torch
 
-from treeroll.backends.local import ModelConfig, build_model, build_word_tokenizer
 from treeroll.base import Completion, GenerationRequest, SamplingParams
 from treeroll.envs import make_frozenlake
 from treeroll.formatting import ByteTokenizer, TurnFormat
+from treeroll.policies.model import ModelConfig, build_model, build_word_tokenizer
 
 torch.set_num_threads(1)
 

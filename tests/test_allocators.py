@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from treeroll.allocators import AllocatorConfig, Vigor, VigorConfig
+from treeroll.assemble import make_allocator
+from treeroll.engine.allocators import AllocatorConfig, Vigor, VigorConfig
+from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
-from treeroll.plugins import make_allocator
-from treeroll.rollout import RolloutConfig, rollout
 from treeroll.strategies import Chain
 from treeroll.tree import NodeStatus, RolloutTree, leaves
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from treeroll.arpo import ARPO
 from treeroll.base import StrategyContext
+from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
-from treeroll.rollout import RolloutConfig, rollout
+from treeroll.strategies.arpo import ARPO
 from treeroll.tree import NodeStatus, RolloutTree, leaves, path_to
 
 from .conftest import ScriptedBackend

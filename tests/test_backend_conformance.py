@@ -1,6 +1,6 @@
 """What every generation backend must do, checked on each: the transformers backend in
 process, and a real llama.cpp server (built from PyPI's llama-cpp-python sources on first use,
-cached in ``~/.cache/treeroll``; see ``treeroll.backends.llamacpp_server``), both serving the
+cached in ``~/.cache/treeroll``; see ``treeroll.backends.llamacpp.server``), both serving the
 shipped base policy.
 
 - a seeded request's tokens do not depend on the rest of its batch;

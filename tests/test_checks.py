@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from treeroll.checks import ConfigError, checked, validate
-from treeroll.cli import main
+from treeroll.cli.commands import main
 from treeroll.config import TrainConfig, check_config
 from treeroll.training.sft import SFTConfig
 
@@ -64,7 +64,7 @@ def test_the_defaults_and_the_shipped_configs_are_valid() -> None:
 @pytest.mark.parametrize("name", ["compare_frozenlake", "compare_family", "compare_hard",
                                   "compare_budget", "allocation"])
 def test_the_shipped_compare_configs_are_valid_for_every_run(name: str) -> None:
-    from treeroll.compare import CompareConfig, _run_config, seeds_of
+    from treeroll.cli.compare import CompareConfig, _run_config, seeds_of
     from treeroll.config import load_config
 
     config = load_config(f"configs/{name}.yaml", CompareConfig)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from treeroll.backends.local import ModelConfig, build_model
 from treeroll.config import load_config
+from treeroll.policies.model import ModelConfig, build_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -150,11 +150,11 @@ def test_format_warm_start_teaches_well_formed_replies_and_needs_an_expert() -> 
     import numpy as np
 
     from treeroll.backends.hf import HFBackend
-    from treeroll.backends.local import ModelConfig
     from treeroll.config import EvalConfig, PolicyConfig
+    from treeroll.engine.batch import RolloutConfig
     from treeroll.envs import make_frozenlake
     from treeroll.policies import build_policy
-    from treeroll.rollout import RolloutConfig
+    from treeroll.policies.model import ModelConfig
     from treeroll.training.evaluation import evaluate
     from treeroll.training.sft_run import format_warm_start
 
@@ -198,7 +198,8 @@ def test_sft_command_writes_metrics_and_a_loadable_policy(tmp_path: Path) -> Non
     args = ["sft", "--runs-dir", str(runs), "--name", "s", "--policy.init", "None",
             "--policy.model.hidden-size", "32", "--policy.model.num-layers", "1",
             "--policy.model.num-heads", "2", "--policy.model.intermediate-size", "64",
-            "--env.size-min", "2", "--env.size-max", "3", "--env.train-tasks", "50",
+            "--env.frozenlake.size-min", "2", "--env.frozenlake.size-max", "3",
+            "--env.train-tasks", "50",
             "--data.episodes-per-step", "2", "--optim.steps", "3", "--optim.warmup-steps", "0",
             "--log-every", "1", "--eval.tasks", "4", "--eval.every", "0"]
     result = _treeroll(*args)
@@ -211,10 +212,10 @@ def test_sft_command_writes_metrics_and_a_loadable_policy(tmp_path: Path) -> Non
     assert json.loads(evaluated.stdout.strip().splitlines()[-1])["tasks"] == 2
     # an SFT run folder is taken where a run is: its fine-tuned policy, in its environment
     # (sizes 2-3 here, not the default's 2-9), where it failed on SFT's own config keys
-    from treeroll.session import load_run_config
+    from treeroll.cli.session import load_run_config
 
     as_run = load_run_config(runs / "s")
-    assert as_run.policy.init == str(runs / "s" / "policy") and as_run.env.size_max == 3
+    assert as_run.policy.init == str(runs / "s" / "policy") and as_run.env.frozenlake.size_max == 3
     by_run = _treeroll("eval", "--run", str(runs / "s"), "--tasks", "2")
     assert json.loads(by_run.stdout.strip().splitlines()[-1])["tasks"] == 2
     bad = tmp_path / "bad.jsonl"
@@ -232,8 +233,8 @@ def _run_folder(path: Path, **rollout: int) -> Path:
 
     import yaml
 
+    from treeroll.assemble import make_env_factory
     from treeroll.config import config_to_dict
-    from treeroll.plugins import make_env_factory
     from treeroll.policies import build_policy
 
     config = load_config(ROOT / "configs" / "tiny.yaml")
@@ -252,7 +253,7 @@ def test_rollout_with_run_uses_its_settings_and_writes_under_runs(tmp_path, monk
     """`rollout --run` samples with the run's config.yaml (turns cut at its 12 tokens, its
     tree_grpo strategy), options given override it, and the tree and its pictures land under
     runs/rollouts/ (ignored by git), not in the current folder."""
-    from treeroll.cli import main
+    from treeroll.cli.commands import main
 
     run = _run_folder(tmp_path / "the_run", max_turn_tokens=12)
     monkeypatch.chdir(tmp_path)
@@ -290,7 +291,7 @@ def test_rollout_with_run_uses_its_settings_and_writes_under_runs(tmp_path, monk
 
 
 def test_help_lists_config_without_markup_and_errors_name_the_command(capsys) -> None:
-    from treeroll.cli import main
+    from treeroll.cli.commands import main
 
     with pytest.raises(SystemExit) as exited:
         main(["train", "--help"])
@@ -309,8 +310,8 @@ def test_help_lists_config_without_markup_and_errors_name_the_command(capsys) ->
 
 
 def test_policy_is_spelled_the_same_in_every_command() -> None:
-    from treeroll.cli import _parse, _policy_spelling
-    from treeroll.compare import CompareConfig
+    from treeroll.cli.commands import _parse, _policy_spelling
+    from treeroll.cli.compare import CompareConfig
     from treeroll.config import TrainConfig
 
     assert _policy_spelling("train", ["--policy", "p", "--policy.view", "plain"]) == \

@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 
-from treeroll.compare import CompareConfig, _t_quantile, _write_report, run_compare, t_interval
+from treeroll.cli.compare import CompareConfig, _t_quantile, _write_report, run_compare, t_interval
 from treeroll.config import config_to_dict, load_config
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,9 +8,9 @@ import pytest
 from treeroll.backends.hf import HFBackend
 from treeroll.base import GenerationRequest, SamplingParams
 from treeroll.checks import ConfigError
+from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.formatting import TurnFormat
-from treeroll.rollout import RolloutConfig, rollout
 from treeroll.scorers import FrozenLakeProgress
 from treeroll.strategies import PATR, Chain, TreeGRPO
 from treeroll.tree import TokenCounts, leaves, path_to, token_counts
@@ -179,8 +179,8 @@ def test_the_config_check_refuses_continuous_batching_on_a_registered_backend_th
     backend is not known until built (``rollout()`` checks it then)."""
     from dataclasses import replace
 
+    from treeroll.assemble import backend_streams
     from treeroll.config import TrainConfig, check_config
-    from treeroll.plugins import backend_streams
 
     base = TrainConfig()
     streaming = replace(base, rollout=replace(base.rollout, continuous=True, synchronous=False))

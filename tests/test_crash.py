@@ -54,7 +54,7 @@ def _same_weights(a: Path, b: Path) -> bool:
 
 def _sft_config(path: Path, runs: Path) -> Path:
     config = {"runs_dir": str(runs), "checkpoint_every": 2, "log_every": 1, "threads": 1,
-              "env": {"size_min": 2, "size_max": 3, "train_tasks": 100},
+              "env": {"frozenlake": {"size_min": 2, "size_max": 3}, "train_tasks": 100},
               "policy": {"init": None, "model": {"hidden_size": 32, "num_layers": 1,
                                                  "num_heads": 2, "intermediate_size": 64}},
               "data": {"episodes_per_step": 3, "skill": 0.7},

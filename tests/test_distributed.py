@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from treeroll.distributed import RayRollout, RolloutWorker, same_trees, shares
+from treeroll.cli.ray_workers import RayRollout, RolloutWorker, same_trees, shares
+from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.policies import load_policy
-from treeroll.rollout import RolloutConfig, rollout
 from treeroll.strategies import TreeGRPO
 from treeroll.tree import tree_to_dict
 
@@ -97,7 +97,7 @@ def test_ray_workers_give_the_single_process_trees(cluster, policy) -> None:
 
 
 def test_the_ray_rollout_command_saves_the_one_process_trees(cluster, policy, tmp_path) -> None:
-    from treeroll.cli import main as treeroll_main
+    from treeroll.cli.commands import main as treeroll_main
     from treeroll.config import TrainConfig
     from treeroll.training.evaluation import task_pools
     from treeroll.tree import load_tree
@@ -106,8 +106,8 @@ def test_the_ray_rollout_command_saves_the_one_process_trees(cluster, policy, tm
     code = treeroll_main(["ray-rollout", "--workers", "2", "--tasks", "3", "--out", str(out),
                  "--train.rollout.max-turn-tokens", "12", "--train.strategy.name", "tree_grpo"])
     assert code == 0
+    from treeroll.assemble import make_strategy
     from treeroll.backends.hf import HFBackend
-    from treeroll.plugins import make_strategy
 
     config = TrainConfig()
     config.strategy.name = "tree_grpo"
@@ -120,11 +120,11 @@ def test_the_ray_rollout_command_saves_the_one_process_trees(cluster, policy, tm
     assert same_trees(saved, local.trees)
 
 
-@pytest.mark.parametrize("entry", ["treeroll ray-rollout", "python -m treeroll.cli_ray"])
+@pytest.mark.parametrize("entry", ["treeroll ray-rollout", "python -m treeroll.cli.ray_run"])
 def test_the_ray_rollout_command_refuses_bad_numbers_before_any_work(entry, tmp_path,
                                                                      capsys) -> None:
-    from treeroll.cli import main as treeroll_main
-    from treeroll.cli_ray import main as module_main
+    from treeroll.cli.commands import main as treeroll_main
+    from treeroll.cli.ray_run import main as module_main
 
     def main(args: list[str]) -> int:
         return (treeroll_main(["ray-rollout", *args]) if entry.startswith("treeroll")

@@ -15,10 +15,10 @@ import pytest
 
 from treeroll.backends.hf import HFBackend
 from treeroll.base import Budget, SamplingExtras
+from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.envs.swe import ScriptedSWEAgent, builtin_tasks, make_swe_env
 from treeroll.formatting import ByteTokenizer, TurnFormat
-from treeroll.rollout import RolloutConfig, rollout
 from treeroll.scorers import FrozenLakeProgress
 from treeroll.strategies import PATR, Chain, RandomTree, TreeGRPO
 from treeroll.tree import NodeStatus, leaves, subtree_index, tree_to_dict
@@ -180,7 +180,7 @@ def test_an_unsynchronised_tree_does_not_depend_on_the_other_trees_of_its_batch(
     random tree's branch choices come from that seed, so a batch-dependent seed would show."""
     import torch
 
-    from treeroll.backends.local import ModelConfig, build_model
+    from treeroll.policies.model import ModelConfig, build_model
 
     model = build_model(ByteTokenizer.vocab_size, ModelConfig(hidden_size=32, num_layers=1,
                         num_heads=2, intermediate_size=64, seed=0), pad_token_id=0,

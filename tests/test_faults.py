@@ -7,9 +7,9 @@ from typing import ClassVar
 import pytest
 
 from treeroll.base import Score
+from treeroll.engine.batch import RolloutConfig, count_status, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.formatting import ByteTokenizer, TurnFormat
-from treeroll.rollout import RolloutConfig, count_status, rollout
 from treeroll.strategies import PATR, Chain, TreeGRPO
 from treeroll.tree import NodeStatus, leaves
 
@@ -151,8 +151,8 @@ class ForksTwice:
 
 @pytest.mark.parametrize("strategy", ["igrpo", "tree_grpo", "rtpo"])
 def test_forks_that_start_failing_end_the_tree_not_the_batch(strategy):
-    from treeroll.igrpo import IGRPO
-    from treeroll.rtpo import RTPO
+    from treeroll.strategies.igrpo import IGRPO
+    from treeroll.strategies.rtpo import RTPO
 
     ForksTwice.left = {}
     made = {"igrpo": IGRPO(m=6, per_round=1), "tree_grpo": TreeGRPO(m=2, n=2, l=1),

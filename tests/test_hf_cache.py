@@ -1,4 +1,4 @@
-"""The embedded backend's growing KV cache (``treeroll.backends.hf_cache``)."""
+"""The embedded backend's growing KV cache (``treeroll.backends.hf.cache``)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from transformers.cache_utils import DynamicLayer
 
 from treeroll.backends import hf_cache
 from treeroll.backends.hf import HFBackend
-from treeroll.backends.hf_cache import GrowingLayer, growing_cache, room_for
+from treeroll.backends.hf.cache import GrowingLayer, growing_cache, room_for
+from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.formatting import TurnFormat
-from treeroll.rollout import RolloutConfig, rollout
 from treeroll.strategies import Chain, TreeGRPO
 from treeroll.tree import leaves, path_to
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from treeroll.advantages import grpo, token_credit, weighted
 from treeroll.base import StrategyContext
+from treeroll.credit.estimators import grpo, token_credit, weighted
+from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
-from treeroll.igrpo import IGRPO, beta_gain
-from treeroll.rollout import RolloutConfig, rollout
+from treeroll.strategies.igrpo import IGRPO, beta_gain
 from treeroll.tree import NodeStatus, RolloutTree, leaves
 
 from .conftest import ScriptedBackend

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from treeroll.backends.gguf import _permute, byte_alphabet, export_gguf, load_gguf_module
 from treeroll.backends.http import ServerError
 from treeroll.backends.llamacpp import LlamaCppBackend
-from treeroll.backends.llamacpp_server import LlamaServer, source_dir
+from treeroll.backends.llamacpp.gguf import _permute, byte_alphabet, export_gguf, load_gguf_module
+from treeroll.backends.llamacpp.server import LlamaServer, source_dir
 from treeroll.base import GenerationRequest, SamplingParams
 
 PARAMS = SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=8, stop_token_ids=(2,),
@@ -104,7 +104,7 @@ SKIP = os.environ.get("TREEROLL_SKIP_LLAMA_CPP") == "1"
 def gguf_module():  # type: ignore[no-untyped-def]
     if SKIP:
         pytest.skip("TREEROLL_SKIP_LLAMA_CPP=1")
-    from treeroll.backends.llamacpp_server import server_binary
+    from treeroll.backends.llamacpp.server import server_binary
 
     server_binary()  # the sources (gguf-py) come with the build
     return load_gguf_module(source_dir())

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import treeroll.backends.llamacpp as llamacpp
+import treeroll.backends.llamacpp.backend as llamacpp
 
 
 @pytest.fixture

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from treeroll.advantages import token_credit
-from treeroll.backends.local import ModelConfig, build_model
+from treeroll.assemble import ADVANTAGES, make_estimator
 from treeroll.base import BatchAdvantageEstimator
 from treeroll.config import AdvantageConfig, TrainConfig
-from treeroll.plugins import ADVANTAGES, make_estimator
+from treeroll.credit.estimators import token_credit
+from treeroll.policies.model import ModelConfig, build_model
 from treeroll.training.loss import LossConfig, TrainItem, expanded_backward
 from treeroll.training.packed import packed_backward, supports_packing, unique_tokens
 from treeroll.training.trainer import _update

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from treeroll.base import Completion, GenerationRequest, SamplingParams, Score, StrategyContext
+from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.envs.frozenlake import make_frozenlake
 from treeroll.formatting import ByteTokenizer, TurnFormat
-from treeroll.rollout import RolloutConfig, rollout
 from treeroll.scorers import FrozenLakeProgress
 from treeroll.strategies import PATR, RandomTree, repeated_action
 from treeroll.tree import (
@@ -313,7 +313,7 @@ def test_patr_without_a_scorer_uses_the_environments_own() -> None:
     so), or refuses where the environment has none; unscored strategies get none."""
     import warnings
 
-    from treeroll.plugins import scorer_name_for
+    from treeroll.assemble import scorer_name_for
     from treeroll.strategies import Chain
 
     for env, expected in (("frozenlake_rllm", "frozenlake_progress"),

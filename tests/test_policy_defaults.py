@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from treeroll.cli import _parse
-from treeroll.config import TrainConfig
-from treeroll.fetch import REAL_POLICIES
-from treeroll.policies import policy_defaults, resolve_policy, with_policy_defaults
+from treeroll.cli.commands import _parse
+from treeroll.config import TrainConfig, with_policy_defaults
+from treeroll.policies import policy_defaults, resolve_policy
+from treeroll.policies.fetch import REAL_POLICIES
 from treeroll.training.sft import SFTConfig
 
 

@@ -23,7 +23,7 @@ def test_the_python_example_runs_as_written() -> None:
 
 
 def test_the_quick_tour_options_exist() -> None:
-    from treeroll.cli import main
+    from treeroll.cli.commands import main
 
     tour = README[README.index("## Quick tour"):README.index("From Python")]
     for command in ("train", "eval", "rollout", "show", "sft"):

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
-from treeroll.fetch import REAL_POLICIES, RegistryUnavailable, policy_gguf, real_policy
 from treeroll.policies import check_policy_files, load_policy, resolve_policy
-from treeroll.rollout import RolloutConfig, rollout
+from treeroll.policies.fetch import REAL_POLICIES, RegistryUnavailable, policy_gguf, real_policy
 from treeroll.strategies import Chain
 from treeroll.tree import leaves, path_to
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from treeroll.cli.reporting import PlainReporter, RichReporter, make_reporter
 from treeroll.config import EvalConfig
+from treeroll.engine.batch import RolloutConfig
 from treeroll.envs import make_frozenlake
-from treeroll.reporting import PlainReporter, RichReporter, make_reporter
-from treeroll.rollout import RolloutConfig
 from treeroll.training.evaluation import evaluate
 from treeroll.training.tensorboard import ScalarLog
 

@@ -11,9 +11,9 @@ import pytest
 from treeroll import advantages
 from treeroll.backends.hf import HFBackend
 from treeroll.base import Completion, GenerationRequest, SamplingParams
+from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.formatting import TurnFormat
-from treeroll.rollout import RolloutConfig, rollout
 from treeroll.strategies import Chain, TreeGRPO
 from treeroll.tree import (
     NodeStatus,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
-from treeroll.rollout import RolloutConfig, rollout
-from treeroll.rtpo import RTPO
+from treeroll.strategies.rtpo import RTPO
 from treeroll.tree import NodeStatus, leaves, path_to
 
 from .conftest import ScriptedBackend

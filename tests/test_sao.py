@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from treeroll.advantages import BatchBaseline
+from treeroll.assemble import make_estimator
 from treeroll.base import BatchAdvantageEstimator
 from treeroll.config import AdvantageConfig
-from treeroll.plugins import make_estimator
+from treeroll.credit.estimators import BatchBaseline
 from treeroll.training.behaviour import StaleBehaviour
 from treeroll.tree import NodeStatus, RolloutTree
 
@@ -85,7 +85,8 @@ def test_an_sao_run_trains_and_resumes_exactly_with_its_lagged_sampler(tmp_path)
 
 def test_the_lag_changes_what_the_update_sees(tmp_path) -> None:
     runs = tmp_path / "runs"  # the shipped base: some tasks succeed, so updates move weights
-    base = ("--policy.init", "frozenlake-tiny", "--env.size-min", "2", "--env.size-max", "3")
+    base = ("--policy.init", "frozenlake-tiny", "--env.frozenlake.size-min", "2",
+            "--env.frozenlake.size-max", "3")
     lagged = _train(runs, "lagged", 2, *base)
     current = _train(runs, "current", 2, *base, "--optim.behaviour-lag", "0")
     steps = [[r for r in records if "leaves" in r] for records in (lagged, current)]

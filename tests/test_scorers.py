@@ -19,6 +19,7 @@ from treeroll.envs.frozenlake import (
 from treeroll.formatting import ByteTokenizer, TurnFormat
 from treeroll.scorers import (
     Blend,
+    BlendSettings,
     Degeneracy,
     FrozenLakeProgress,
     JudgeScorer,
@@ -328,7 +329,7 @@ def test_make_scorer_builds_judge_with_a_backend() -> None:
     judge = make_scorer(ScorerConfig(name="judge"), backend=CannedJudge(["5"]),
                         turn_format=TurnFormat(ByteTokenizer()))
     assert isinstance(judge, JudgeScorer)
-    with pytest.raises(ValueError, match="judge_model_path"):
+    with pytest.raises(ValueError, match=r"judge\.model_path"):
         make_scorer(ScorerConfig(name="judge"))
 
 
@@ -364,8 +365,8 @@ def test_blend_arithmetic_range_and_observe() -> None:
 
 
 def test_make_scorer_by_name() -> None:
-    built = make_scorer(ScorerConfig(name="blend", blend_a="frozenlake_progress",
-                                     blend_b="degeneracy", blend_lambda=0.7))
+    built = make_scorer(ScorerConfig(name="blend", blend=BlendSettings(a="frozenlake_progress",
+                                                                 b="degeneracy", weight=0.7)))
     assert isinstance(built, Blend) and built.lam == 0.7
     assert isinstance(built.a, FrozenLakeProgress) and isinstance(built.b, Degeneracy)
     assert isinstance(make_scorer(ScorerConfig(name="value")), ValueScorer)
@@ -374,4 +375,4 @@ def test_make_scorer_by_name() -> None:
     with pytest.raises(ValueError, match="valid: blend, degeneracy"):
         make_scorer(ScorerConfig(name="nope"))
     with pytest.raises(ValueError, match="other than blend"):
-        make_scorer(ScorerConfig(name="blend", blend_a="blend"))
+        make_scorer(ScorerConfig(name="blend", blend=BlendSettings(a="blend")))

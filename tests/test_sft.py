@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from treeroll.backends.local import ModelConfig
 from treeroll.config import EnvConfig, EvalConfig, PolicyConfig
-from treeroll.envs import make_frozenlake
+from treeroll.envs import FrozenLakeSettings, make_frozenlake
 from treeroll.formatting import TurnFormat
+from treeroll.policies.model import ModelConfig
 from treeroll.training.evaluation import task_pools
 from treeroll.training.sft import SFTConfig, SFTDataConfig, SFTOptimConfig, sft_loss
 from treeroll.training.sft_data import BadDataLine, expert_episode, read_jsonl
@@ -25,7 +25,9 @@ TINY_POLICY = PolicyConfig(init=None, model=ModelConfig(hidden_size=32, num_laye
 
 def _tiny_config(tmp_path: Path, **changes: object) -> SFTConfig:
     config = SFTConfig(name="sft", runs_dir=str(tmp_path / "runs"), checkpoint_every=2,
-                       log_every=1, env=EnvConfig(size_min=2, size_max=3, train_tasks=100),
+                       log_every=1,
+                       env=EnvConfig(frozenlake=FrozenLakeSettings(size_min=2, size_max=3),
+                                     train_tasks=100),
                        policy=TINY_POLICY,
                        data=SFTDataConfig(episodes_per_step=3, skill=0.7),
                        optim=SFTOptimConfig(steps=4, lr=3e-3, warmup_steps=1,

@@ -261,11 +261,12 @@ def test_a_hack_that_fooled_plain_pytest_earns_nothing(instance, sandbox, hack):
 def test_the_cli_options_load_instances_for_swe_and_refuse_misuse(instance, tmp_path):
     from dataclasses import replace
 
+    from treeroll.assemble import make_env_factory
     from treeroll.config import EnvConfig, TrainConfig, check_config
-    from treeroll.plugins import make_env_factory
+    from treeroll.envs import SWESettings
 
     root, jsonl, row, _ = instance
-    env_config = EnvConfig(name="swe", instances=str(jsonl), repos=str(root))
+    env_config = EnvConfig(name="swe", swe=SWESettings(instances=str(jsonl), repos=str(root)))
     check_config(replace(TrainConfig(), env=env_config))
     env = make_env_factory(env_config)()
     try:
@@ -276,21 +277,22 @@ def test_the_cli_options_load_instances_for_swe_and_refuse_misuse(instance, tmp_
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({**row, "base_commit": "f" * 40}) + "\n")
     for wrong, says in [
-        (EnvConfig(name="swe", instances=str(bad), repos=str(root)),
-         r"--env\.instances.*bad\.jsonl:1: instance 'acme__numkit-1': field 'base_commit'"),
-        (EnvConfig(name="frozenlake_rllm", instances=str(jsonl)),
-         r"--env\.instances.*for --env\.name swe"),
-        (EnvConfig(name="swe", repos=str(root)), r"--env\.repos.*--env\.instances is not set"),
-        (EnvConfig(name="swe", instances=str(tmp_path / "none.jsonl")),
-         r"--env\.instances.*does not exist"),
+        (EnvConfig(name="swe", swe=SWESettings(instances=str(bad), repos=str(root))),
+         r"--env\.swe\.instances.*bad\.jsonl:1: instance 'acme__numkit-1': field 'base_commit'"),
+        (EnvConfig(name="frozenlake_rllm", swe=SWESettings(instances=str(jsonl))),
+         r"--env\.swe\.instances.*for --env\.name swe"),
+        (EnvConfig(name="swe", swe=SWESettings(repos=str(root))),
+         r"--env\.swe\.repos.*--env\.swe\.instances is not set"),
+        (EnvConfig(name="swe", swe=SWESettings(instances=str(tmp_path / "none.jsonl"))),
+         r"--env\.swe\.instances.*does not exist"),
     ]:
         with pytest.raises(ValueError, match="(?s)" + says):
             check_config(replace(TrainConfig(), env=wrong))
 
 
 def test_env_options_set_the_swe_sandbox_and_a_bad_one_is_refused(tmp_path):
+    from treeroll.assemble import make_env_factory
     from treeroll.config import EnvConfig
-    from treeroll.plugins import make_env_factory
 
     env = make_env_factory(EnvConfig(name="swe", options={"memory_mb": "2048",
                                                           "tools": f"[{tmp_path}]"}))()

@@ -19,8 +19,8 @@ pytest.importorskip("trl")
 
 from treeroll.adapters.groups import TreeGroups, choose_leaves
 from treeroll.adapters.trl import TreeRolloutFunc, env_reward, task_dataset, tree_credit
-from treeroll.advantages import grpo
 from treeroll.config import TrainConfig
+from treeroll.credit.estimators import grpo
 from treeroll.policies import load_policy
 from treeroll.strategies import Chain
 from treeroll.tree import RolloutTree, leaves, path_to

@@ -10,11 +10,11 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
+from treeroll.assemble import make_backend, make_env_factory, make_estimator, make_strategy
 from treeroll.checks import ConfigError, checked
-from treeroll.cli import _parse
+from treeroll.cli.commands import _parse
 from treeroll.config import AdvantageConfig, BackendConfig, TrainConfig, load_config
 from treeroll.envs import make_frozenlake
-from treeroll.plugins import make_backend, make_env_factory, make_estimator, make_strategy
 from treeroll.strategies import Chain
 from treeroll.tree import RolloutTree, leaves
 

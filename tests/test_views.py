@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from treeroll.backends.local import ModelConfig
 from treeroll.envs import make_frozenlake
 from treeroll.formatting import TurnFormat
 from treeroll.policies import build_policy
+from treeroll.policies.model import ModelConfig
 from treeroll.views import (
     VIEWS,
     cell_coordinates,

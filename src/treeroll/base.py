@@ -23,6 +23,17 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from treeroll.environment import (
+    Env,
+    ExampleEnv,
+    ExpertEnv,
+    ExpertReply,
+    GridEnv,
+    StepResult,
+    TurnLimitedEnv,
+    VocabularyEnv,
+)
+
 if TYPE_CHECKING:
     from treeroll.tree import Node, RolloutTree
 
@@ -33,94 +44,33 @@ __all__ = [
     "Budget",
     "Completion",
     "Env",
+    "ExampleEnv",
     "ExpertEnv",
     "ExpertReply",
     "ExtendableStrategy",
     "FinishingStrategy",
     "GenerationBackend",
     "GenerationRequest",
+    "GridEnv",
+    "LearningScorer",
+    "Named",
     "ProcessScorer",
     "SamplingExtras",
     "SamplingParams",
     "SamplingStrategy",
     "Score",
+    "ScoringStrategy",
     "SnapshotStrategy",
     "StepResult",
     "Strategy",
     "StrategyContext",
+    "StreamingBackend",
+    "TurnLimitedEnv",
     "UnitStrategy",
     "UpdatableBackend",
+    "VocabularyEnv",
+    "plugin_name",
 ]
-
-
-# --------------------------------------------------------------------------------------------
-# Environments
-# --------------------------------------------------------------------------------------------
-
-StepResult = tuple[str, float, bool, bool, dict[str, Any]]
-"""``(observation, reward, terminated, truncated, info)`` as in Gymnasium, observation as text."""
-
-
-@runtime_checkable
-class Env(Protocol):
-    """A multi-turn text environment whose state can be copied.
-
-    Invariants every implementation keeps (``treeroll.envs.check_env`` tests them):
-
-    * ``reset(seed)`` is deterministic in ``seed`` and returns the first observation text;
-    * ``step(action_text)`` never raises on malformed model text: an unparsable reply is an
-      invalid action with the environment's penalty, reported in ``info["format_error"]``;
-    * ``fork()`` returns an independent copy that continues exactly as the original would
-      (random number generators included): stepping the copy never changes the original;
-    * ``info["success"]`` (bool) is set on the step that ends an episode.
-    """
-
-    system_prompt: str
-    """Instructions shown once before the first observation (may be empty)."""
-
-    def reset(self, seed: int) -> str:
-        """Start the task identified by ``seed``; return the first observation text."""
-        ...
-
-    def step(self, action: str) -> StepResult:
-        """Apply one model reply; return ``(observation, reward, terminated, truncated, info)``."""
-        ...
-
-    def fork(self) -> Env:
-        """Return an independent copy that continues exactly as this environment would."""
-        ...
-
-
-@dataclass(frozen=True)
-class ExpertReply:
-    """One reply of an environment's expert, for supervised fine-tuning."""
-
-    text: str
-    """The reply, exactly as a policy would write it (it is parsed like a model's reply)."""
-    is_expert: bool = True
-    """False when the expert's noise chose this reply instead of its own choice (a noisy
-    expert visits states off its own path; SFT may keep such replies in the context and
-    leave them out of the loss)."""
-
-
-@runtime_checkable
-class ExpertEnv(Env, Protocol):
-    """An :class:`Env` that can also demonstrate: an optional protocol (FrozenLake's
-    shortest-path planner and the SWE tasks' scripted agent implement it). ``treeroll sft``
-    generates its data from it on the fly."""
-
-    def expert_reply(self, rng: np.random.Generator, skill: float = 1.0, *,
-                     explain: bool | str = False, safe_moves: bool = False) -> ExpertReply:
-        """The expert's reply in the current state. With probability ``1 - skill`` per
-        decision the expert acts at random instead (``is_expert=False`` then); ``skill = 1``
-        is the clean expert. ``explain`` asks for a short statement of what the expert
-        reads in the state before the action (the environment documents its form, and the
-        styles a string may name; the parse of the reply ignores it); ``safe_moves`` asks
-        that statement to list the moves that avoid an immediate loss (FrozenLake's holes);
-        an expert that cannot raises ``ValueError`` naming what it can do. Draws only from
-        ``rng`` (never from the environment's own RNG, so demonstrating does not change the
-        episode)."""
-        ...
 
 
 # --------------------------------------------------------------------------------------------
@@ -280,6 +230,28 @@ class ProcessScorer(Protocol):
 # --------------------------------------------------------------------------------------------
 
 
+@runtime_checkable
+class LearningScorer(ProcessScorer, Protocol):
+    """A :class:`ProcessScorer` that learns from finished trees (optional: the value scorer;
+    the trainer hands it each step's trees)."""
+
+    def observe(self, trees: Sequence[RolloutTree]) -> Any:
+        """Learn from the finished ``trees`` (their leaves' rewards)."""
+        ...
+
+
+@runtime_checkable
+class Named(Protocol):
+    """A plug-in that says its registered name (the built-in strategies do)."""
+
+    name: str
+
+
+def plugin_name(plugin: object) -> str:
+    """``plugin.name`` for a :class:`Named` plug-in, else its class name (for records)."""
+    return str(plugin.name) if isinstance(plugin, Named) else type(plugin).__name__
+
+
 @dataclass
 class StrategyContext:
     """What a strategy may look at besides the tree: the budget left and a seeded RNG."""
@@ -308,7 +280,7 @@ class Strategy(Protocol):
     a node ``k`` times samples ``k`` children from it (a branch point); leaving an active node
     out stops it (the strategy records why in ``node.status``). The engine sends the ready
     entries of every tree in a batch to the backend together, enforces the budget, and stops a
-    tree when its frontier is empty (see :mod:`treeroll.engine`).
+    tree when its frontier is empty (see :mod:`treeroll.engine.loop`).
     """
 
     @property
@@ -327,6 +299,15 @@ class Strategy(Protocol):
         ``created`` is in the order of the frontier entries that ran; the budget only removes
         entries, so several entries of one node keep their order (the first ones run)."""
         ...
+
+
+@runtime_checkable
+class ScoringStrategy(Strategy, Protocol):
+    """A :class:`Strategy` that can steer by a process scorer (PATR): when ``use_scores`` is
+    on and no scorer is named, the run uses the environment's own
+    (:func:`treeroll.assemble.scorer_name_for`)."""
+
+    use_scores: bool
 
 
 @runtime_checkable
@@ -448,7 +429,7 @@ AdvantageEstimator = Callable[["RolloutTree"], Any]
 """Maps one task's tree (its leaves are the group) to its credit: one advantage per leaf in the
 order of ``treeroll.tree.leaves(tree)`` (shape ``[num_leaves]``), or per turn (a mapping
 ``node id -> value``, or one array of turn values per leaf); see
-:func:`treeroll.advantages.token_credit`. Hyper-parameters are keyword-only."""
+:func:`treeroll.credit.estimators.token_credit`. Hyper-parameters are keyword-only."""
 
 
 @runtime_checkable

@@ -10,75 +10,53 @@ import dataclasses
 import json
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 
-from treeroll.allocators import AllocatorConfig
-from treeroll.arpo import ARPO
-from treeroll.backends.local import ModelConfig
+from treeroll.backends import (
+    BackendConfig,
+    HFBackendConfig,
+    LlamaCppBackendConfig,
+    SGLangBackendConfig,
+    VLLMBackendConfig,
+)
 from treeroll.checks import checked
-from treeroll.igrpo import IGRPO
-from treeroll.rollout import RolloutConfig
-from treeroll.rtpo import RTPO
-from treeroll.strategies import PATR, Chain, RandomTree, TreeGRPO
-from treeroll.training.loss import LossConfig
+from treeroll.credit import AdvantageConfig
+from treeroll.credit.objectives import POLICY_LOSSES, LossConfig
+from treeroll.engine import AllocatorConfig, RolloutConfig
+from treeroll.envs import EnvConfig
+from treeroll.policies import policy_defaults
+from treeroll.policies.model import ModelConfig
+from treeroll.registry import Registry
+from treeroll.scorers import ScorerConfig
+from treeroll.strategies import StrategyConfig
 
 __all__ = [
     "HELD_OUT_RESERVED",
     "AdvantageConfig",
     "EnvConfig",
     "EvalConfig",
+    "HFBackendConfig",
+    "LlamaCppBackendConfig",
     "OptimConfig",
     "PolicyConfig",
+    "SGLangBackendConfig",
     "ScorerConfig",
     "StrategyConfig",
     "TrainConfig",
+    "VLLMBackendConfig",
     "WandbConfig",
+    "as_current",
     "check_config",
     "config_to_dict",
     "load_config",
     "merged_config",
+    "with_policy_defaults",
 ]
-
-
-@dataclass
-class EnvConfig:
-    """Which environment the tasks come from."""
-
-    name: str = "frozenlake_rllm"
-    """``frozenlake_rllm`` (PATR's benchmark), ``frozenlake_ragen``, ``swe``, ``gym:<env id>``,
-    or ``package.module:factory`` (a callable returning an Env, called with ``options``)."""
-    options: dict[str, str] = field(default_factory=dict)
-    """A user's own environment factory (``package.module:object``): its config block, ``KEY VALUE``
-    pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
-    them as its fields, a builder as keywords. For ``swe``: ``SWEEnvConfig`` and
-    ``SandboxLimits`` fields (``tools "[/opt/conda]"``, ``memory_mb 2048``, ``isolation
-    copy``)."""
-    size_min: int | None = checked(None, ge=2)
-    """FrozenLake: smallest map side (None = the convention's)."""
-    size_max: int | None = checked(None, ge=2)
-    """FrozenLake: largest map side (None = the convention's)."""
-    slippery: bool | None = None
-    """FrozenLake: slippery dynamics (None = the convention's)."""
-    max_turns: int | None = checked(None, ge=1)
-    """Cap on turns per episode (None = the convention's)."""
-    format_penalty: float | None = checked(None, ge=0)
-    """FrozenLake: subtracted from a turn's reward when its reply held no valid action (None =
-    the convention's: rLLM 0, RAGEN 0.1). Success is unchanged; only the reward RL ranks
-    trajectories by sees it."""
-    train_tasks: int = checked(10_000, ge=1)
-    """Task seeds in the training pool (rLLM: 10,000)."""
-    task_seed: int = checked(0, ge=0)
-    """Seed of the generator that draws the training pool's task seeds."""
-    instances: str | None = None
-    """SWE (``--env.name swe``): a SWE-bench-format JSONL file of instances, validated before
-    any work (None = the 240 built-in tasks); a task seed picks instance ``seed mod count``."""
-    repos: str | None = None
-    """SWE: the folder holding the instances' git checkouts (``owner__name``, ``name`` or
-    ``owner/name``, or the checkout itself); an instance's own ``repo_path`` wins."""
 
 
 @dataclass
@@ -107,164 +85,6 @@ class PolicyConfig:
     drops a system message (Gemma's, Phi-3's); treeroll refuses such a template without it."""
     warm_start_batch: int = checked(16, ge=1)
     """Episodes per warm-start step."""
-
-
-@dataclass
-class StrategyConfig:
-    """Which rollout strategy builds each task's tree, and every strategy's settings."""
-
-    name: str = "chain"
-    """``chain``, ``tree_grpo``, ``patr``, ``random_tree``, ``arpo``, ``rtpo``, ``igrpo`` or
-    ``package.module:object``."""
-    options: dict[str, str] = field(default_factory=dict)
-    """A user's own strategy (``package.module:object``): its config block, ``KEY VALUE``
-    pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
-    them as its fields, a builder as keywords."""
-    chain: Chain = field(default_factory=Chain)
-    tree_grpo: TreeGRPO = field(default_factory=TreeGRPO)
-    patr: PATR = field(default_factory=PATR)
-    random_tree: RandomTree = field(default_factory=RandomTree)
-    arpo: ARPO = field(default_factory=ARPO)
-    rtpo: RTPO = field(default_factory=RTPO)
-    igrpo: IGRPO = field(default_factory=IGRPO)
-
-
-@dataclass
-class HFBackendConfig:
-    """The transformers backend (``treeroll.backends.hf.HFBackend``)."""
-
-    max_batch_size: int = checked(64, ge=1)
-    """Requests decoded together at most (more are split into several batches)."""
-    max_cached_tokens: int = checked(262_144, ge=1)
-    """Bound of the KV-cache trie in tokens (least recently used branches are evicted)."""
-    use_prefix_cache: bool = True
-    """Reuse the KV of shared prefixes (False recomputes every prompt: the reference path)."""
-    keep_logits: bool = True
-    """Keep each prefilled prompt's last logits, so a branch point's later children need no
-    forward (equal to a fresh forward within float rounding, not bit for bit)."""
-    replay: bool = True
-    """Also keep the logits of every decoded position, so a turn that repeats one an earlier
-    call sampled in the same context (a sharp policy's Tree-GRPO expansion re-sampling its
-    chain's turn) is sampled from them without a forward (needs ``keep_logits``)."""
-    max_kept_logits_mib: int = checked(256, ge=0)
-    """Bound of the kept logits in MiB (least recently used dropped first): vocabulary size
-    times 4 bytes an entry (2.4 KiB for ``frozenlake-tiny``, 600 KiB for a 150k vocabulary)."""
-    join_fraction: float = checked(0.25, ge=0.0)
-    """With ``rollout.continuous``: queued requests join the running decode batch when they
-    number this share of the requests decoding (each join costs a prefill forward)."""
-    join_wait: int = checked(4, ge=0)
-    """With ``rollout.continuous``: ... or when they have waited this many decode steps."""
-
-
-@dataclass
-class LlamaCppBackendConfig:
-    """A llama.cpp server (``treeroll.backends.llamacpp``)."""
-
-    url: str | None = None
-    """A running ``llama-server`` serving the policy's weights; None: treeroll writes the
-    policy as GGUF and starts one (restarted on every weight update)."""
-    slots: int = checked(8, ge=1)
-    """Requests decoded together (the server's ``-np``; also the requests in flight)."""
-    ctx_per_slot: int = checked(2048, ge=16)
-    """Tokens one sequence may hold (prompt + completion)."""
-    threads: int = checked(2, ge=1)
-    """CPU threads of a started server."""
-    cache_ram_mib: int = checked(1024, ge=0)
-    """Host-memory prompt cache of a started server, MiB (0: off)."""
-    share_prompts: bool = False
-    """Send requests continuing the same prompt as one ``n_cmpl`` call (the prompt is
-    computed once; the group's seeds then follow its first request's)."""
-
-
-@dataclass
-class VLLMBackendConfig:
-    """vLLM in process (``treeroll.backends.vllm``; needs a GPU and ``pip install vllm``)."""
-
-    gpu_memory_utilization: float = checked(0.5, gt=0, le=1)
-    """Share of the GPU's memory vLLM may take (the trainer needs the rest)."""
-    dtype: str = "auto"
-    max_model_len: int | None = checked(None, ge=16)
-    enforce_eager: bool = False
-    """Skip CUDA graphs (faster start, slower decoding)."""
-
-
-@dataclass
-class SGLangBackendConfig:
-    """An SGLang server (``treeroll.backends.sglang``; start it with
-    ``python -m sglang.launch_server --model-path <policy folder> --skip-tokenizer-init``)."""
-
-    url: str = "http://127.0.0.1:30000"
-    """The server's address."""
-
-
-@dataclass
-class BackendConfig:
-    """What generates the rollouts."""
-
-    name: str = "hf"
-    """``hf`` (transformers, in process), ``llamacpp``, ``vllm``, ``sglang`` or
-    ``package.module:builder`` (called with the policy and ``options``; returns a
-    GenerationBackend)."""
-    options: dict[str, str] = field(default_factory=dict)
-    """A user's own backend: its config block, ``KEY VALUE`` pairs on the command line or a
-    mapping in YAML, each value read as YAML; given to the builder as keywords."""
-    hf: HFBackendConfig = field(default_factory=HFBackendConfig)
-    llamacpp: LlamaCppBackendConfig = field(default_factory=LlamaCppBackendConfig)
-    vllm: VLLMBackendConfig = field(default_factory=VLLMBackendConfig)
-    sglang: SGLangBackendConfig = field(default_factory=SGLangBackendConfig)
-
-
-@dataclass
-class ScorerConfig:
-    """The process scorer PATR uses (ignored by strategies that do not score)."""
-
-    name: str | None = None
-    """e.g. ``frozenlake_progress``, ``degeneracy``, ``blend``; None = no scorer."""
-    options: dict[str, str] = field(default_factory=dict)
-    """A user's own scorer (``package.module:object``): its config block, ``KEY VALUE``
-    pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
-    them as its fields, a builder as keywords."""
-    blend_a: str = "frozenlake_progress"
-    """``blend``: first scorer."""
-    blend_b: str = "degeneracy"
-    """``blend``: second scorer."""
-    blend_lambda: float = checked(0.7, ge=0, le=1)
-    """``blend``: weight of the first scorer."""
-    judge_model_path: str | None = None
-    """``judge``: a local model directory (``save_pretrained``) for the judge; None = the
-    judge needs a backend passed to ``make_scorer`` by the caller."""
-
-
-@dataclass
-class AdvantageConfig:
-    """Credit assignment over each task's group of leaves. ``treeroll.plugins.make_estimator``
-    passes each option below to the estimator if it takes it; an option the estimator does not
-    take must keep its default (else an error names it)."""
-
-    name: str = "grpo"
-    """``grpo``, ``dr_grpo``, ``rloo``, ``tree``, ``treepo``, ``progress``, ``planpo`` (one
-    value per leaf), ``treerl``, ``gigpo`` or ``arpo_hard`` (per turn), ``sao`` (over the
-    whole batch: for one rollout per task) or ``package.module:function``."""
-    options: dict[str, str] = field(default_factory=dict)
-    """A user's own estimator (``package.module:object``): its config block, ``KEY VALUE``
-    pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
-    them as its fields, a builder as keywords."""
-    std: str = checked("population", choices=("population", "sample"))
-    """``grpo``, ``tree``, ``sao`` and those built on them (``gigpo``, ``treepo``, ``progress``,
-    ``planpo``, ``arpo_hard``): divide by the ``population`` std (ddof=0, the default) or the
-    ``sample`` std (ddof=1, unbiased: verl's and TRL's, hence Tree-GRPO's code's)."""
-    singleton: str = checked("zero", choices=("zero", "verl"))
-    """``grpo``, ``dr_grpo``, ``tree``, ``arpo_hard``: a group of one gets advantage ``zero``
-    (default: a tree that never branches is exactly chain GRPO) or, ``verl``, its raw reward
-    (verl's mean 0 / std 1)."""
-    eps: float = checked(1e-6, ge=0)
-    """``grpo``, ``tree``, ``gigpo``, ``arpo_hard``, ``sao``: added to the std before dividing."""
-    omega: float = checked(1.0, ge=0)
-    """``gigpo``: weight of the step-level advantage."""
-    gamma: float = checked(0.95, ge=0, le=1)
-    """``gigpo``: discount of the step returns."""
-    beta: float = checked(0.2, ge=0)
-    """``planpo``: at most this much more reward for the group's shortest success."""
 
 
 @dataclass
@@ -400,12 +220,62 @@ def _build(cls: type[T], data: Any, where: str) -> T:
     return built
 
 
+def _moved_key_table() -> dict[tuple[str, str], str]:
+    from treeroll.credit import AdvantageSection
+    from treeroll.envs import EnvSection
+    from treeroll.scorers import ScorerSection
+
+    return {(section, old): new for section, cls in (("env", EnvSection),
+                                                      ("scorer", ScorerSection),
+                                                      ("advantage", AdvantageSection))
+            for old, new in cls.renamed.items()}
+
+
+MOVED_KEYS: dict[tuple[str, str], str] = _moved_key_table()
+"""``(section, key of treeroll 0.1)`` -> its place in the section now (``frozenlake.size_min``):
+read from YAML and the command line with a warning, for one release."""
+
+
+def _moved_keys(cls: type, data: dict[str, Any], where: str, warn: bool = True,
+                problems: list[str] | None = None) -> dict[str, Any]:
+    """``data`` with the keys treeroll 0.1 kept in a section but 0.2 keeps in a plug-in's
+    block (``cls.renamed``: ``env.size_min`` -> ``env.frozenlake.size_min``) moved there.
+    One :class:`FutureWarning` lists the moved keys whose value is not the default (a 0.1 run
+    folder's ``config.yaml`` writes every key); an old key given beside its new one is a
+    problem naming both (in ``problems``, else a ``ValueError``)."""
+    renamed: dict[str, str] = getattr(cls, "renamed", None) or {}  # a section's ClassVar
+    moved = [key for key in data if key in renamed]
+    if not moved:
+        return data
+    data, hints, said = dict(data), typing.get_type_hints(cls), []
+    for key in moved:
+        block, _, inner = renamed[key].partition(".")
+        old, new = f"{where}.{key}".lstrip("."), f"{where}.{renamed[key]}".lstrip(".")
+        given = data.get(block) or {}
+        if isinstance(given, dict) and inner in given:
+            message = f"config keys {old} (treeroll 0.1) and {new} are both set: keep {new}"
+            if problems is None:
+                raise ValueError(message)
+            problems.append(message)
+            data.pop(key)
+            continue
+        value = data.pop(key)
+        if value != getattr(hints[block](), inner):
+            said.append(f"{old} -> {new}")
+        data[block] = {**given, inner: value}
+    if warn and said:
+        warnings.warn(f"config keys moved in treeroll 0.2 (the old ones go in 0.3): "
+                      f"{', '.join(said)}", FutureWarning, stacklevel=2)
+    return data
+
+
 def _collect(cls: type[T], data: Any, where: str, problems: list[str]) -> T:
     if data is None:
         return cls()
     if not isinstance(data, dict):
         problems.append(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
         return cls()
+    data = _moved_keys(cls, data, where, problems=problems)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {}
@@ -483,10 +353,36 @@ def _merged(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def as_current(cls: type, saved: dict[str, Any]) -> dict[str, Any]:
+    """Settings a run folder saved (its ``config.yaml``), read as this version of ``cls``
+    would write them: keys moved since (silently), blocks added since (their defaults), so
+    that comparing them with a config of today shows only real differences. A file that no
+    longer reads is returned as it is (the comparison then names what differs)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        try:
+            return config_to_dict(_build(cls, saved, ""))
+        except ValueError:
+            return saved
+
+
 def merged_config(base: T, overlay: dict[str, Any]) -> T:
     """``base`` with a config mapping (a YAML file's) on top, recursively; its keys and
-    values are checked as a config file's are."""
-    return _build(type(base), _merged(config_to_dict(base), overlay), "")
+    values are checked as a config file's are (keys moved since 0.1 are read where they live
+    now before the two are merged)."""
+    return _build(type(base), _merged(config_to_dict(base), _migrated(type(base), overlay, "")),
+                  "")
+
+
+def _migrated(cls: Any, data: Any, where: str) -> Any:
+    """``data`` with the moved keys of every section in it moved (:func:`_moved_keys`)."""
+    if not isinstance(data, dict) or not isinstance(cls, type) or not dataclasses.is_dataclass(cls):
+        return data
+    data = _moved_keys(cls, data, where)
+    hints = typing.get_type_hints(cls)
+    return {key: _migrated(hints[key], value, f"{where}.{key}".lstrip("."))
+            if key in hints and dataclasses.is_dataclass(hints[key]) else value
+            for key, value in data.items()}
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:
@@ -498,41 +394,13 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
     """Problems of the plug-in names and cross-field settings of a :class:`TrainConfig` (or
     of any config with the same sections): each ``(option, message)`` names what is valid.
     Nothing is imported or built; ``package.module:object`` names are checked when made."""
-    from treeroll.checks import option_name
-    from treeroll.plugins import ADVANTAGES, ALLOCATORS, BACKENDS, ENVS, SCORERS, STRATEGIES
-    from treeroll.views import VIEWS
-
-    found: list[tuple[str, str]] = []
-
-    def choice(path: str, value: str | None, valid: list[str], extra: str = "") -> None:
-        if value is None or ":" in value or value in valid:
-            return
-        found.append((option_name(path), f"is {value!r}; valid: {', '.join(valid)}{extra} or "
-                      "'package.module:object' for your own"))
-
     sections = {f.name for f in dataclasses.fields(config)}
-    if "strategy" in sections:
-        choice("strategy.name", config.strategy.name, STRATEGIES.names())
-    if "advantage" in sections:
-        choice("advantage.name", config.advantage.name, ADVANTAGES.names())
-    if "allocator" in sections:
-        choice("allocator.name", config.allocator.name, ALLOCATORS.names())
-        if config.allocator.name in ALLOCATORS.names() and "rollout" in sections:
-            from treeroll.plugins import make_allocator
-
-            try:  # building one is cheap and runs the allocator's own checks
-                make_allocator(config.allocator, config.rollout)
-            except ValueError as e:
-                found.append(("--allocator.name", f"is {config.allocator.name!r}: {e}"))
-    if "scorer" in sections:
-        choice("scorer.name", config.scorer.name, SCORERS.names())
-    if "backend" in sections:
-        choice("backend.name", config.backend.name, BACKENDS.names())
+    found = _registered_names(config, sections)
     if "env" in sections and not config.env.name.startswith("gym:"):
-        choice("env.name", config.env.name, ENVS.names(), ", 'gym:<env id>'")
-        low, high = config.env.size_min, config.env.size_max
+        low, high = config.env.frozenlake.size_min, config.env.frozenlake.size_max
         if low is not None and high is not None and low > high:
-            found.append(("--env.size-min", f"is {low}, above --env.size-max {high}"))
+            found.append(("--env.frozenlake.size-min", f"is {low}, above "
+                          f"--env.frozenlake.size-max {high}"))
         found += _swe_problems(config.env)
     if "wandb" in sections and config.wandb.project is not None:
         import importlib.util
@@ -541,6 +409,8 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
             found.append(("--wandb.project", f"is {config.wandb.project!r}, but wandb is not "
                           "installed: pip install 'treeroll[wandb]' (or leave it unset)"))
     if "policy" in sections:
+        from treeroll.views import VIEWS
+
         view = config.policy.view
         if view is not None and view not in VIEWS:
             found.append(("--policy.view", f"is {view!r}; valid: {', '.join(VIEWS.names())}"))
@@ -548,8 +418,8 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
     if "optim" in sections and "advantage" in sections:
         found += _optim_problems(config)
     if "rollout" in sections and "backend" in sections:
-        from treeroll.plugins import backend_streams
-        from treeroll.rollout import continuous_problems
+        from treeroll.backends import backend_streams
+        from treeroll.engine.batch import continuous_problems
 
         backend = config.backend.name
         found += continuous_problems(config.rollout, backend, backend_streams(backend),
@@ -562,51 +432,99 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
     return found
 
 
+def _registered_names(config: Any, sections: set[str]) -> list[tuple[str, str]]:
+    """Each section's ``name`` against its package's registry (an allocator is also built:
+    that is cheap and runs its own checks)."""
+    from treeroll.backends import BACKENDS
+    from treeroll.checks import option_name
+    from treeroll.credit import ADVANTAGES
+    from treeroll.engine import ALLOCATORS, make_allocator
+    from treeroll.envs import ENVS
+    from treeroll.scorers import SCORERS
+    from treeroll.strategies import STRATEGIES
+
+    registries: dict[str, Registry[Any]] = {
+        "strategy": STRATEGIES, "advantage": ADVANTAGES, "allocator": ALLOCATORS,
+        "scorer": SCORERS, "backend": BACKENDS, "env": ENVS}
+    found: list[tuple[str, str]] = []
+    for section, registry in registries.items():
+        if section not in sections:
+            continue
+        value, valid = getattr(config, section).name, registry.names()
+        if section == "env" and value.startswith("gym:"):
+            continue
+        if value is not None and ":" not in value and value not in valid:
+            extra = ", 'gym:<env id>'" if section == "env" else ""
+            found.append((option_name(f"{section}.name"), f"is {value!r}; valid: "
+                          f"{', '.join(valid)}{extra} or 'package.module:object' for your own"))
+    if {"allocator", "rollout"} <= sections and config.allocator.name in ALLOCATORS:
+        try:
+            make_allocator(config.allocator, config.rollout)
+        except ValueError as e:
+            found.append(("--allocator.name", f"is {config.allocator.name!r}: {e}"))
+    return found
+
+
 def _optim_problems(config: Any) -> list[tuple[str, str]]:
     """Settings that do not go together: SAO's batch baseline with dropping one-leaf groups,
     a lagged sampler on a server backend, one objective's keys with the other objective."""
+    import inspect
+
+    from treeroll.backends import BACKENDS
+    from treeroll.base import BatchAdvantageEstimator
+    from treeroll.credit import ADVANTAGES
+
     found = []
     optim, loss = config.optim, config.optim.loss
-    if config.advantage.name == "sao" and optim.drop_zero_variance:
-        found.append(("--optim.drop-zero-variance", "is on, but the 'sao' baseline is for one "
-                      "rollout per task, whose every group has zero variance: nothing would "
-                      "train"))
-    backend = getattr(getattr(config, "backend", None), "name", "hf")
-    if optim.behaviour_lag and backend != "hf":
+    name = config.advantage.name
+    estimator = ADVANTAGES.get(name) if name in ADVANTAGES else None
+    if (inspect.isclass(estimator) and issubclass(estimator, BatchAdvantageEstimator)
+            and optim.drop_zero_variance):
+        found.append(("--optim.drop-zero-variance", f"is on, but the {name!r} baseline is for "
+                      "one rollout per task, whose every group has zero variance: nothing "
+                      "would train"))
+    backend = config.backend.name  # only a TrainConfig has both optim and advantage
+    in_process = backend in BACKENDS and BACKENDS.get(backend).in_process
+    if optim.behaviour_lag and not in_process:
         found.append(("--optim.behaviour-lag", f"is {optim.behaviour_lag}, which needs the "
                       f"in-process 'hf' backend (a second copy of the model), not {backend!r}"))
+    if loss.objective not in POLICY_LOSSES:
+        found.append(("--optim.loss.objective", f"is {loss.objective!r}; valid: "
+                      f"{', '.join(POLICY_LOSSES.names())}"))
+        return found
     defaults = type(loss)()
-    if loss.objective == "truncated_is":
-        found += [(f"--optim.loss.{key.replace('_', '-')}", f"is {getattr(loss, key)}, which "
-                   "only ppo_clip reads (truncated_is truncates at --optim.loss.is-cap)")
-                  for key in ("clip_low", "clip_high")
-                  if getattr(loss, key) != getattr(defaults, key)]
-    elif loss.is_cap != defaults.is_cap:
-        found.append(("--optim.loss.is-cap", f"is {loss.is_cap}, which only "
-                      "--optim.loss.objective truncated_is reads"))
+    reads = POLICY_LOSSES.get(loss.objective).reads
+    for other in POLICY_LOSSES:
+        for key in POLICY_LOSSES.get(other).reads:
+            if key not in reads and getattr(loss, key) != getattr(defaults, key):
+                found.append((f"--optim.loss.{key.replace('_', '-')}", f"is "
+                              f"{getattr(loss, key)}, which only {other} reads (the objective "
+                              f"is {loss.objective}: --optim.loss.objective)"))
     return found
 
 
 def _swe_problems(env: EnvConfig) -> list[tuple[str, str]]:
-    """``--env.instances`` / ``--env.repos``: only for ``swe``, and the instances load."""
-    if env.instances is None:
-        return [("--env.repos", f"is {env.repos!r}, but --env.instances is not set")] \
-            if env.repos is not None else []
+    """``--env.swe.instances`` / ``--env.swe.repos``: only for ``swe``, and the instances
+    load."""
+    swe = env.swe
+    if swe.instances is None:
+        return [("--env.swe.repos", f"is {swe.repos!r}, but --env.swe.instances is not set")] \
+            if swe.repos is not None else []
     if env.name != "swe":
-        return [("--env.instances", f"is {env.instances!r}; it is for --env.name swe, not "
-                 f"{env.name!r}")]
+        return [("--env.swe.instances", f"is {swe.instances!r}; it is for --env.name swe, "
+                 f"not {env.name!r}")]
     from treeroll.envs.swe import SWEInstanceError, load_swebench_jsonl
 
     try:
-        load_swebench_jsonl(env.instances, env.repos)
+        load_swebench_jsonl(swe.instances, swe.repos)
     except (SWEInstanceError, FileNotFoundError) as err:
-        return [("--env.instances", str(err))]
+        return [("--env.swe.instances", str(err))]
     return []
 
 
 def _init_problems(init: str | None) -> list[tuple[str, str]]:
-    from treeroll.fetch import REAL_POLICIES
     from treeroll.policies import SHIPPED
+    from treeroll.policies.fetch import REAL_POLICIES
 
     if init is None or init in SHIPPED or init in REAL_POLICIES:
         return []
@@ -627,3 +545,38 @@ def check_config(config: Any, extra: list[tuple[str, str]] | None = None) -> Non
     from treeroll.checks import validate
 
     validate(config, extra=name_problems(config) + list(extra or []))
+
+
+def with_policy_defaults(config: T, spec: str | None, prefix: tuple[str, ...] = ()) -> T:
+    """``config`` (a config dataclass) with the defaults of policy ``spec``
+    (:func:`policy_defaults`) under ``prefix`` (e.g. ``("train",)`` for ``treeroll
+    rollout``'s settings) merged in; keys the config does not have (a section only another
+    command has) are left out. The command line and a config file go on top of this."""
+    defaults = policy_defaults(spec)
+    if not defaults:
+        return config
+    for key in reversed(prefix):
+        defaults = {key: defaults}
+    known = _known(type(config), defaults)
+    return merged_config(config, known) if known else config
+
+
+def _known(cls: Any, mapping: dict[str, Any]) -> dict[str, Any]:
+    """The part of ``mapping`` whose keys are fields of the dataclass ``cls`` (recursively)."""
+    import dataclasses
+    import typing
+
+    mapping = _moved_keys(cls, mapping, "", warn=False)  # a policy folder written by 0.1
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for item in dataclasses.fields(cls):
+        if item.name not in mapping:
+            continue
+        value, kind = mapping[item.name], hints.get(item.name)
+        if isinstance(value, dict) and dataclasses.is_dataclass(kind):
+            inner = _known(kind, value)
+            if inner:
+                out[item.name] = inner
+        elif not isinstance(value, dict):
+            out[item.name] = value
+    return out

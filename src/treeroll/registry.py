@@ -1,8 +1,9 @@
 """Explicit registries of built-in plug-ins.
 
-Every built-in is registered in this one module (no registration by import side effect). A
-duplicate name raises; an unknown name lists the valid ones; ``package.module:object`` loads a
-user's own plug-in from its import path.
+Each kind of plug-in has one registry, in its own package (``treeroll.strategies.STRATEGIES``,
+``treeroll.backends.BACKENDS``, ...), where the built-ins are registered explicitly. A duplicate
+name raises; an unknown name lists the valid ones; ``package.module:object`` loads a user's own
+plug-in from its import path; installed packages may add theirs through entry points.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Registry", "build_user_plugin", "load_object", "parse_options"]
+__all__ = ["Registry", "build_user_plugin", "load_object", "parse_options", "plugin_section"]
 
 T = TypeVar("T")
 
@@ -55,6 +56,35 @@ class Registry(Generic[T]):
             return load_object(name)  # type: ignore[return-value]
         raise ValueError(f"unknown {self.kind} {name!r}; valid: {', '.join(sorted(self._items))}"
                          " (or 'package.module:object' for your own)")
+
+    def load_entry_points(self, group: str,
+                          check: Callable[[Any], str | None] | None = None) -> None:
+        """Register every plug-in that installed packages declare in the entry-point
+        ``group`` (``[project.entry-points."treeroll.strategies"]`` in a package's
+        ``pyproject.toml``: ``name = "package.module:Class"``). A plug-in that fails to load,
+        that ``check`` finds wrong (it returns why), or whose name is taken is skipped with a
+        warning saying why: one broken package never stops treeroll from starting."""
+        import warnings
+        from importlib.metadata import entry_points
+
+        for point in entry_points(group=group):
+            if point.name in self._items:
+                warnings.warn(f"{self.kind} {point.name!r} from entry point {point.value!r} "
+                              "skipped: the name is taken", stacklevel=2)
+                continue
+            try:
+                obj = point.load()
+            except Exception as err:  # a third-party package's bug: skip it, say so
+                warnings.warn(f"{self.kind} {point.name!r} from entry point {point.value!r} "
+                              f"skipped: it did not load ({type(err).__name__}: {err})",
+                              stacklevel=2)
+                continue
+            why = check(obj) if check is not None else None
+            if why:
+                warnings.warn(f"{self.kind} {point.name!r} from entry point {point.value!r} "
+                              f"skipped: {why}", stacklevel=2)
+                continue
+            self.register(point.name, obj)
 
     def names(self) -> list[str]:
         """Registered names, sorted."""
@@ -115,3 +145,20 @@ def build_user_plugin(obj: Any, options: Mapping[str, str], where: str, *args: A
         raise ValueError(f"--{where}.options: {name} is an instance, not a class or builder; "
                          "it takes no options")
     return obj
+
+
+def plugin_section(base: type[T], blocks: Mapping[str, type], name: str) -> type[T]:
+    """A config section made from a registry: ``base`` (a dataclass holding the section's own
+    fields, such as ``name`` and ``options``) with one more field per registered plug-in that
+    has settings, named as it is registered and defaulting to that plug-in's config dataclass.
+
+    So a plug-in's settings are declared once, beside the plug-in (a strategy's dataclass *is*
+    its config), and ``strategy.patr.k`` in YAML or ``--strategy.patr.k`` on the command line
+    reach it without the section listing plug-ins by hand. The class keeps ``base``'s module
+    and docstring."""
+    fields = [(key, block, dataclasses.field(default_factory=block))
+              for key, block in blocks.items()]
+    made = dataclasses.make_dataclass(name, fields, bases=(base,),
+                                      namespace={"__doc__": base.__doc__})
+    made.__module__, made.__qualname__ = base.__module__, name
+    return made

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from treeroll.base import Env
+from treeroll.environment import Env
 
 __all__ = [
     "Node",

@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from treeroll.advantages import token_credit, weighted
+from treeroll.assemble import assemble, make_allocator, make_estimator
 from treeroll.base import (
     BatchAdvantageEstimator,
     Env,
@@ -44,17 +44,10 @@ from treeroll.base import (
     StrategyContext,
 )
 from treeroll.config import TrainConfig, check_config, load_config
+from treeroll.credit.estimators import token_credit, weighted
+from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.formatting import TurnFormat
-from treeroll.plugins import (
-    make_allocator,
-    make_backend,
-    make_env_factory,
-    make_estimator,
-    make_strategy,
-    scorer_name_for,
-)
 from treeroll.policies import Policy, resolve_policy
-from treeroll.rollout import RolloutConfig, rollout
 from treeroll.strategies import Chain
 from treeroll.tree import (
     Node,
@@ -267,21 +260,15 @@ class TreeGroups:
                              f"{group_size}: make it EarlyForks(group_size={group_size}, ...)")
         check_config(config)
         self.config, self.turn_format, self.group_size = config, turn_format, group_size
-        self.make_env = make_env or make_env_factory(config.env)
-        self.strategy = shape if shape is not None else make_strategy(config.strategy)
-        self.estimator = make_estimator(config.advantage)
-        if isinstance(self.estimator, BatchAdvantageEstimator):
+        if isinstance(make_estimator(config.advantage), BatchAdvantageEstimator):
             raise ValueError(f"advantage.name {config.advantage.name!r} compares the tasks of a "
                              "whole batch; a trainer adapter credits one task's group at a "
                              "time: choose a per-group estimator (grpo, rloo, tree, ...)")
+        self.parts = assemble(config, make_env=make_env, strategy=shape, scorer=scorer)
+        self.make_env, self.strategy = self.parts.make_env, self.parts.strategy
+        self.estimator, self.scorer = self.parts.estimator, self.parts.scorer
         budget = config.rollout.max_leaves
         self.rollout_config = replace(config.rollout, max_leaves=max(budget or 0, group_size))
-        self.scorer = scorer
-        name = scorer_name_for(config.scorer.name, self.strategy, config.env.name)
-        if scorer is None and name:
-            from treeroll.scorers import make_scorer
-
-            self.scorer = make_scorer(replace(config.scorer, name=name))
 
     @classmethod
     def from_file(cls, path: str | None, tokenizer: Any, *, group_size: int) -> TreeGroups:
@@ -303,7 +290,7 @@ class TreeGroups:
         model.eval()
         try:
             with torch.no_grad():
-                backend = make_backend(self.config.backend, policy)
+                backend = self.parts.backend(policy)
                 return self.grow_on(backend, tasks, seed=seed, temperature=temperature,
                                     top_p=top_p)
         finally:

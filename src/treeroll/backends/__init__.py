@@ -1,0 +1,160 @@
+"""Generation backends: what samples the turns (:class:`treeroll.base.GenerationBackend`).
+
+``hf`` (transformers in process, :mod:`treeroll.backends.hf`), ``llamacpp``
+(:mod:`treeroll.backends.llamacpp`), ``vllm`` and ``sglang``; :data:`BACKENDS` maps each name to
+its builder and settings (:mod:`treeroll.backends.configs`), :func:`make_backend` builds one.
+Every backend a run uses is built here, so ``backend.<name>.*`` always applies. Adding one: a
+builder ``(backend_config, policy) -> GenerationBackend`` and one ``register_backend`` line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from treeroll.backends.configs import (
+    HFBackendConfig,
+    LlamaCppBackendConfig,
+    SGLangBackendConfig,
+    VLLMBackendConfig,
+)
+from treeroll.base import GenerationBackend, UpdatableBackend
+from treeroll.registry import Registry, build_user_plugin, plugin_section
+
+__all__ = ["BACKENDS", "BackendConfig", "BackendPlugin", "HFBackendConfig",
+           "LlamaCppBackendConfig", "SGLangBackendConfig", "VLLMBackendConfig",
+           "backend_streams", "make_backend", "register_backend", "sync_weights"]
+
+BackendBuilder = Callable[[Any, Any], GenerationBackend]
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendPlugin:
+    """A registered backend: its builder (taking the ``BackendConfig`` and the policy) and
+    whether what it builds is a :class:`~treeroll.base.StreamingBackend` (the config check
+    refuses ``--rollout.continuous`` with one that is not, before anything is built)."""
+
+    build: BackendBuilder
+    streams: bool
+    config: type | None = None
+    """The backend's settings dataclass, its ``backend.<name>`` block (None: none)."""
+    in_process: bool = False
+    """Whether it decodes with the trainer's own model object in this process (a lagged
+    behaviour policy, ``optim.behaviour_lag``, needs a second such copy)."""
+
+
+BACKENDS: Registry[BackendPlugin] = Registry("backend")
+"""Backend name -> :class:`BackendPlugin`."""
+
+
+def register_backend(name: str, builder: BackendBuilder, *, streams: bool,
+                     config: type | None = None, in_process: bool = False) -> BackendBuilder:
+    """Register ``builder`` as backend ``name`` (see :class:`BackendPlugin`)."""
+    BACKENDS.register(name, BackendPlugin(builder, streams, config, in_process))
+    return builder
+
+
+def _hf_backend(config: Any, policy: Any) -> GenerationBackend:
+    from treeroll.backends.hf import HFBackend
+
+    hf = config.hf
+    return HFBackend(policy.model, pad_token_id=policy.tokenizer.pad_token_id or 0,
+                     max_batch_size=hf.max_batch_size, max_cached_tokens=hf.max_cached_tokens,
+                     use_prefix_cache=hf.use_prefix_cache, keep_logits=hf.keep_logits,
+                     replay=hf.replay, max_kept_logits_bytes=hf.max_kept_logits_mib * 2**20,
+                     join_fraction=hf.join_fraction, join_wait=hf.join_wait)
+
+
+register_backend("hf", _hf_backend, streams=True, config=HFBackendConfig, in_process=True)
+
+
+def _llamacpp_backend(config: Any, policy: Any) -> GenerationBackend:
+    from treeroll.backends.llamacpp import LlamaCppBackend, ManagedLlamaCpp
+
+    c = config.llamacpp
+    if c.url is not None:
+        return LlamaCppBackend(c.url, concurrency=c.slots, share_prompts=c.share_prompts,
+                               eog_token_ids=(int(policy.tokenizer.eos_token_id),),
+                               vocab_size=len(policy.tokenizer))
+    return ManagedLlamaCpp(policy.model, policy.tokenizer, slots=c.slots,
+                           ctx_per_slot=c.ctx_per_slot, threads=c.threads,
+                           cache_ram_mib=c.cache_ram_mib, share_prompts=c.share_prompts)
+
+
+def _vllm_backend(config: Any, policy: Any) -> GenerationBackend:
+    import tempfile
+
+    from treeroll.backends.vllm import VLLMBackend, make_llm
+
+    folder = tempfile.mkdtemp(prefix="treeroll-vllm-")  # vLLM loads a folder
+    policy.model.save_pretrained(folder)
+    policy.tokenizer.save_pretrained(folder)
+    c = config.vllm
+    return VLLMBackend(make_llm(folder, gpu_memory_utilization=c.gpu_memory_utilization,
+                                dtype=c.dtype, max_model_len=c.max_model_len,
+                                enforce_eager=c.enforce_eager))
+
+
+def _sglang_backend(config: Any, policy: Any) -> GenerationBackend:
+    from treeroll.backends.sglang import SGLangBackend
+
+    return SGLangBackend(config.sglang.url, model=policy.model)
+
+
+register_backend("llamacpp", _llamacpp_backend, streams=False, config=LlamaCppBackendConfig)
+register_backend("vllm", _vllm_backend, streams=False, config=VLLMBackendConfig)
+register_backend("sglang", _sglang_backend, streams=False, config=SGLangBackendConfig)
+
+
+@dataclass
+class BackendSection:
+    """What generates the rollouts."""
+
+    name: str = "hf"
+    """``hf`` (transformers, in process), ``llamacpp``, ``vllm``, ``sglang`` or
+    ``package.module:builder`` (called with the policy and ``options``; returns a
+    GenerationBackend)."""
+    options: dict[str, str] = field(default_factory=dict)
+    """A user's own backend: its config block, ``KEY VALUE`` pairs on the command line or a
+    mapping in YAML, each value read as YAML; given to the builder as keywords."""
+
+    if TYPE_CHECKING:  # the registered backends' blocks, added by plugin_section
+        def __getattr__(self, name: str) -> Any: ...
+
+
+if TYPE_CHECKING:
+    BackendConfig = BackendSection
+else:
+    BackendConfig = plugin_section(BackendSection, {
+        name: plugin.config for name in BACKENDS
+        if (plugin := BACKENDS.get(name)).config is not None}, "BackendConfig")
+
+
+def backend_streams(name: str) -> bool | None:
+    """Whether the backend registered as ``name`` decodes continuously
+    (:class:`~treeroll.base.StreamingBackend`); None for a user's ``package.module:builder``,
+    known only once built (``rollout()`` checks the built backend)."""
+    return BACKENDS.get(name).streams if name in BACKENDS else None
+
+
+def make_backend(backend_config: Any, policy: Any) -> GenerationBackend:
+    """The backend named by ``backend_config.name`` for ``policy``; a user's
+    ``package.module:builder`` is called with the policy and its ``options`` block."""
+    plugin = BACKENDS.get(backend_config.name)  # registered, or a user's loaded builder
+    if isinstance(plugin, BackendPlugin):
+        return plugin.build(backend_config, policy)
+    made: GenerationBackend = build_user_plugin(plugin, backend_config.options, "backend",
+                                                policy)
+    return made
+
+
+def sync_weights(backend: GenerationBackend, model: Any) -> None:
+    """After an update: an :class:`~treeroll.base.UpdatableBackend` loads the model's new
+    weights (and forgets its cache); any other backend, which must share the model object in
+    process, only forgets its cache."""
+    if isinstance(backend, UpdatableBackend):
+        backend.load_weights(model.state_dict())
+    else:
+        backend.reset_cache()

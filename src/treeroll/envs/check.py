@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from treeroll.base import Env, StepResult
+from treeroll.base import Env, ExampleEnv, StepResult
 
 __all__ = ["MALFORMED_REPLIES", "EnvCheckError", "check_env"]
 
@@ -60,7 +60,11 @@ def check_env(
     if n_steps < 2:
         raise ValueError(f"n_steps must be >= 2 to test a fork mid-episode, got {n_steps}")
     probe = make_env()
-    if not isinstance(getattr(probe, "system_prompt", None), str):
+    try:
+        prompt = probe.system_prompt
+    except AttributeError:  # what this check is for: a user's env missing part of Env
+        prompt = None
+    if not isinstance(prompt, str):
         raise EnvCheckError("env.system_prompt must be a str (use '' for none)")
     for seed in seeds:
         _check_reset(make_env, seed)
@@ -72,7 +76,7 @@ def check_env(
 def _plan(probe: Env, seed: int, n_steps: int, replies: Sequence[str] | None) -> list[str]:
     """A fixed list of replies to step with (the same for original, fork and replays)."""
     rng = np.random.default_rng(seed)
-    example = getattr(probe, "example_reply", None)
+    example = probe.example_reply if isinstance(probe, ExampleEnv) else None
     plan = []
     for _ in range(n_steps):
         if rng.random() < 0.2:

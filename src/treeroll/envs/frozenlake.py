@@ -287,6 +287,11 @@ class FrozenLakeEnv:
         return len(self.grid)
 
     @property
+    def largest_side(self) -> int:
+        """The side of the largest map this environment draws (``size_max``)."""
+        return int(self.config.size_max)
+
+    @property
     def turn_limit(self) -> int:
         """Turns this episode may last."""
         return self.config.turn_limit(self.size)

@@ -158,6 +158,11 @@ class GymTextEnv:
                     return value
         return None
 
+    @property
+    def turn_limit(self) -> int:
+        """The most turns an episode takes (``max_turns``)."""
+        return int(self.max_turns)
+
     def example_reply(self, rng: np.random.Generator) -> str:
         """A well-formed reply naming a uniformly random action."""
         return f"Action: {self._name(int(rng.integers(self._num_actions)))}"

@@ -21,20 +21,19 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 
-from treeroll.backends.local import build_model, build_word_tokenizer, load_policy_files
-from treeroll.base import Env
+from treeroll.base import Env, GridEnv, TurnLimitedEnv, VocabularyEnv
 from treeroll.formatting import TurnFormat
+from treeroll.policies.model import build_model, build_word_tokenizer, load_policy_files
 from treeroll.views import CELL_WORD_PATTERN, VIEWS
 
 __all__ = ["SHIPPED", "Policy", "build_policy", "check_context_length", "check_policy_files",
            "load_policy", "longest_context", "max_positions", "policy_defaults", "resolve_policy",
-           "save_policy", "shipped_policies", "with_policy_defaults"]
+           "save_policy", "shipped_policies"]
 
-T = TypeVar("T")
 
 SHIPPED = ("frozenlake-tiny",)
 """Names of the policies shipped inside the package."""
@@ -95,7 +94,7 @@ def resolve_policy(spec: str) -> Path:
     """The folder of a shipped policy name, a policy folder, or a run folder (its exported
     ``<run>/policy``); a clear error, before anything is loaded, when it is none of these or
     lacks the model's configuration, weights or tokenizer files (each named)."""
-    from treeroll.fetch import REAL_POLICIES, real_policy
+    from treeroll.policies.fetch import REAL_POLICIES, real_policy
 
     if spec in SHIPPED:
         folder = _shipped_dir(spec)
@@ -149,7 +148,7 @@ def policy_defaults(spec: str | None) -> dict[str, Any]:
     """The settings a policy brings (``treeroll.json``'s ``defaults``, e.g. a real model's
     longer turn cap), read without loading or converting anything; ``{}`` when it has none
     or ``spec`` names nothing readable (loading it later says why)."""
-    from treeroll.fetch import REAL_POLICIES
+    from treeroll.policies.fetch import REAL_POLICIES
 
     if not spec:
         return {}
@@ -164,42 +163,6 @@ def policy_defaults(spec: str | None) -> dict[str, Any]:
         return {}
     defaults = meta.get("defaults", {}) if isinstance(meta, dict) else {}
     return defaults if isinstance(defaults, dict) else {}
-
-
-def with_policy_defaults(config: T, spec: str | None, prefix: tuple[str, ...] = ()) -> T:
-    """``config`` (a config dataclass) with the defaults of policy ``spec``
-    (:func:`policy_defaults`) under ``prefix`` (e.g. ``("train",)`` for ``treeroll
-    rollout``'s settings) merged in; keys the config does not have (a section only another
-    command has) are left out. The command line and a config file go on top of this."""
-    defaults = policy_defaults(spec)
-    if not defaults:
-        return config
-    from treeroll.config import merged_config
-
-    for key in reversed(prefix):
-        defaults = {key: defaults}
-    known = _known(type(config), defaults)
-    return merged_config(config, known) if known else config
-
-
-def _known(cls: Any, mapping: dict[str, Any]) -> dict[str, Any]:
-    """The part of ``mapping`` whose keys are fields of the dataclass ``cls`` (recursively)."""
-    import dataclasses
-    import typing
-
-    hints = typing.get_type_hints(cls)
-    out: dict[str, Any] = {}
-    for item in dataclasses.fields(cls):
-        if item.name not in mapping:
-            continue
-        value, kind = mapping[item.name], hints.get(item.name)
-        if isinstance(value, dict) and dataclasses.is_dataclass(kind):
-            inner = _known(kind, value)
-            if inner:
-                out[item.name] = inner
-        elif not isinstance(value, dict):
-            out[item.name] = value
-    return out
 
 
 def load_policy(spec: str, view: str | None = None) -> Policy:
@@ -252,7 +215,7 @@ def build_policy(init: str | None, model_config: Any, view: str | None,
         tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
     else:
         env = make_env()
-        texts = env.vocabulary_texts() if hasattr(env, "vocabulary_texts") else []
+        texts = env.vocabulary_texts() if isinstance(env, VocabularyEnv) else []
         if not texts:
             raise ValueError("the environment has no vocabulary_texts(); pass policy.init "
                              "with a policy folder of your own")
@@ -261,8 +224,8 @@ def build_policy(init: str | None, model_config: Any, view: str | None,
         if view.startswith("cell_coordinates"):
             # every cell word of the largest map this environment draws (FrozenLake's
             # size_max; 9, rLLM's largest, for an environment that does not say)
-            config = getattr(env, "config", None)
-            texts += [_every_cell_word(int(getattr(config, "size_max", 9)))]
+            side = env.largest_side if isinstance(env, GridEnv) else 9
+            texts += [_every_cell_word(int(side))]
             extra = CELL_WORD_PATTERN
         tokenizer = build_word_tokenizer(texts, extra_pattern=extra)
     model = build_model(len(tokenizer), model_config, pad_token_id=tokenizer.pad_token_id,
@@ -324,15 +287,15 @@ def longest_context(turn_format: TurnFormat, make_env: Callable[[], Env],
     """The longest context an episode can reach on these task seeds, and how it adds up: the
     first prompt, then per turn a full reply (``max_turn_tokens``) and an observation as long
     as the longer of the first one and the one after an empty reply (an error message).
-    ``(0, "")`` when the environment says nothing of its turn limit (``turn_limit`` or
-    ``max_turns``)."""
+    ``(0, "")`` when the environment says nothing of its turn limit (it is not a
+    :class:`~treeroll.base.TurnLimitedEnv`)."""
     longest, how = 0, ""
     for seed in seeds:
         env = make_env()
         first = env.reset(int(seed))
-        turns = getattr(env, "turn_limit", None) or getattr(env, "max_turns", None)
-        if not isinstance(turns, int):
+        if not isinstance(env, TurnLimitedEnv):
             return 0, ""
+        turns = env.turn_limit
         prompt, _ = turn_format.prompt(env.system_prompt, first)
         after_empty = env.fork().step("")[0]
         observed = max(len(turn_format.observation(text, True)[0])

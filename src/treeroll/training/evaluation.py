@@ -15,8 +15,8 @@ import numpy as np
 
 from treeroll.base import Env, GenerationBackend
 from treeroll.config import HELD_OUT_RESERVED, EnvConfig, EvalConfig
+from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.formatting import TurnFormat
-from treeroll.rollout import RolloutConfig, rollout
 from treeroll.strategies import Chain
 from treeroll.tree import RolloutTree, leaves, path_to
 
@@ -24,7 +24,7 @@ __all__ = ["EvalResult", "Reporter", "Silent", "evaluate", "task_pools", "wilson
 
 
 class Reporter(Protocol):
-    """Receives progress (the CLI shows it with :mod:`treeroll.reporting`: rich progress bars
+    """Receives progress (the CLI shows it with :mod:`treeroll.cli.reporting`: rich progress bars
     on a terminal, plain lines otherwise)."""
 
     def phase(self, text: str, total: int | None = None) -> None:

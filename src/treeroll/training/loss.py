@@ -14,44 +14,16 @@ import numpy as np
 import torch
 
 from treeroll.backends.weights import model_device
-from treeroll.checks import checked
+from treeroll.credit.objectives import LossConfig, policy_loss
 from treeroll.tree import Trajectory
 
 __all__ = ["LossConfig", "TrainItem", "expanded_backward", "ppo_token_loss"]
 
 
-@dataclass(frozen=True)
-class LossConfig:
-    """The policy-gradient objective."""
-
-    clip_low: float = checked(0.2, ge=0)
-    """PPO clip range below 1 (ratio >= 1 - clip_low)."""
-    clip_high: float = checked(0.2, ge=0)
-    """PPO clip range above 1 (DAPO's clip-higher uses 0.28)."""
-    kl_coef: float = checked(0.0, ge=0)
-    """Weight of the k3 KL estimate to the reference policy (0 = no reference model)."""
-    normalisation: str = checked("token_mean", choices=("token_mean", "seq_mean"))
-    """``token_mean`` (every model token of the batch weighs the same) or ``seq_mean`` (each
-    leaf's tokens averaged, then leaves averaged)."""
-    temperature: float = checked(1.0, gt=0)
-    """The sampling temperature, applied to the logits so ratios compare like with like (the
-    trainer sets it from ``rollout.temperature``)."""
-    micro_batch_tokens: int = checked(16384, ge=1)
-    """Tokens forwarded at once (padding included); bounds activation memory."""
-    objective: str = checked("ppo_clip", choices=("ppo_clip", "truncated_is"))
-    """``ppo_clip``: PPO's clipped surrogate. ``truncated_is`` (SAO's off-policy correction,
-    as treeroll reads it): the policy gradient of each token weighted by its importance ratio
-    against the behaviour policy's sampling logprob, truncated at ``is_cap`` (no clipping;
-    the loss value is ``-min(ratio, is_cap) * A``)."""
-    is_cap: float = checked(2.0, gt=0)
-    """``truncated_is``: the largest importance weight (``clip_fraction`` counts the tokens
-    above it)."""
-
-
 @dataclass
 class TrainItem:
     """One leaf to train on: its tokens and its advantage, one value for the whole leaf or
-    one per response token (:func:`treeroll.advantages.token_credit` makes them; values at
+    one per response token (:func:`treeroll.credit.estimators.token_credit` makes them; values at
     environment tokens are ignored)."""
 
     trajectory: Trajectory
@@ -75,17 +47,10 @@ def ppo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantage: torch.
                    config: LossConfig, ref_logp: torch.Tensor | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token objective (+ k3 KL) to *minimise*, and whether each token was clipped
-    (``ppo_clip``) or truncated (``truncated_is``)."""
+    or truncated, as ``config.objective``
+    (:data:`~treeroll.credit.objectives.POLICY_LOSSES`) says."""
     ratio = torch.exp(logp - old_logp)
-    if config.objective == "truncated_is":
-        weight = torch.clamp(ratio.detach(), max=config.is_cap)
-        # value -min(r, c) * A; gradient -min(r, c) * A * grad log pi
-        loss = -weight * advantage * torch.exp(logp - logp.detach())
-        truncated = ratio.detach() > config.is_cap
-    else:
-        clipped = torch.clamp(ratio, 1 - config.clip_low, 1 + config.clip_high)
-        loss = -torch.minimum(ratio * advantage, clipped * advantage)
-        truncated = ratio * advantage > clipped * advantage
+    loss, truncated = policy_loss(config).token_loss(ratio, logp, advantage, config)
     if ref_logp is not None and config.kl_coef:
         delta = ref_logp - logp
         loss = loss + config.kl_coef * (torch.exp(delta) - delta - 1)

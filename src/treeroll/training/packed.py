@@ -50,6 +50,7 @@ import numpy as np
 import torch
 
 from treeroll.backends.weights import model_device
+from treeroll.credit.objectives import policy_loss
 from treeroll.training import attention
 from treeroll.training.attention import tree_attention
 from treeroll.training.loss import LossConfig, TrainItem, token_weights
@@ -342,16 +343,11 @@ class _Run:
         config = self.config
         logp = logp_all[rows, cols, targets]  # [predictions]
         ratio = torch.exp(logp - data["old"].to(logp.dtype))
-        clipped = torch.clamp(ratio, 1 - config.clip_low, 1 + config.clip_high)
+        objective = policy_loss(config)
         positive = data["positive"].to(logp.dtype)
         negative = data["negative"].to(logp.dtype)
         count = data["count"].to(logp.dtype)
-        if config.objective == "truncated_is":  # linear in A: the leaves' w * A sum
-            weight = torch.clamp(ratio.detach(), max=config.is_cap)
-            loss = -(positive + negative) * weight * torch.exp(logp - logp.detach())
-        else:
-            loss = -(positive * torch.minimum(ratio, clipped)
-                     + negative * torch.maximum(ratio, clipped))
+        loss = objective.packed_loss(ratio, logp, positive, negative, config)
         if ref_logp is not None:
             delta = ref_logp - logp
             loss = loss + config.kl_coef * data["weight"].to(logp.dtype) * (
@@ -359,11 +355,9 @@ class _Run:
         total = loss.sum()
         with torch.no_grad():
             entropy = -(logp_all.exp() * logp_all).sum(-1)[rows, cols]
-            if config.objective == "truncated_is":
-                clip_count = count * (ratio > config.is_cap)
-            else:
-                clip_count = (data["count_positive"].to(logp.dtype) * (ratio > clipped)
-                              + data["count_negative"].to(logp.dtype) * (ratio < clipped))
+            clip_count = objective.packed_flagged(
+                ratio, count, data["count_positive"].to(logp.dtype),
+                data["count_negative"].to(logp.dtype), config)
             self.metrics["loss"] += float(total)
             self.metrics["tokens"] += float(count.sum())
             self.metrics["clip_fraction"] += float(clip_count.sum())

@@ -9,7 +9,7 @@ import os
 import signal
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -113,14 +113,19 @@ class RunFolder:
         return finished_steps(self.path)
 
     def check_config(self, config: dict[str, Any], may_differ: tuple[str, ...] = (),
-                     force: bool = False) -> None:
+                     force: bool = False,
+                     normalise: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+                     ) -> None:
         """On resume, the saved ``config.yaml`` must match ``config`` except in the top-level
         or dotted keys ``may_differ``; the error shows each difference (saved -> now).
         ``force`` accepts the differences: the saved file is kept as ``config.yaml.old<N>``
-        and a warning lists them."""
+        and a warning lists them. ``normalise`` reads the saved settings as the current code
+        would (a file written by an older treeroll, keys since moved, blocks since added)."""
         if not self.resume:
             return
         saved = yaml.safe_load((self.path / "config.yaml").read_text())
+        if normalise is not None:
+            saved = normalise(saved)
         differences = config_differences(saved, config, may_differ)
         if not differences:
             return

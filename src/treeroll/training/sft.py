@@ -27,7 +27,7 @@ import torch
 
 from treeroll.checks import checked
 from treeroll.config import EnvConfig, EvalConfig, PolicyConfig
-from treeroll.rollout import RolloutConfig
+from treeroll.engine.batch import RolloutConfig
 from treeroll.training.sft_data import SFTExample, batches_by_tokens
 
 __all__ = ["SFTConfig", "SFTDataConfig", "SFTOptimConfig", "SFTState", "copy_policy_folder",

@@ -7,12 +7,10 @@ the run folder's layout.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,19 +18,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from treeroll.backends.hf import HFBackend
+from treeroll.assemble import make_env_factory
+from treeroll.backends import BackendConfig, make_backend
 from treeroll.base import Env, ExpertEnv
-from treeroll.checks import ConfigError, check_duration
+from treeroll.checks import ConfigError
 from treeroll.config import PolicyConfig, check_config, config_to_dict
 from treeroll.formatting import TurnFormat
-from treeroll.plugins import make_env_factory
 from treeroll.policies import Policy, build_policy, check_context_length, save_policy
 from treeroll.training.evaluation import Reporter, Silent, evaluate, pool_words, task_pools
+from treeroll.training.lifecycle import Lifecycle
 from treeroll.training.runfolder import (
     RunFolder,
     append_jsonl,
-    load_checkpoint,
-    save_checkpoint,
 )
 from treeroll.training.sft import (
     SFTConfig,
@@ -47,9 +44,6 @@ from treeroll.training.sft_data import SFTExample, expert_episode, read_jsonl
 
 __all__ = ["format_warm_start", "run_sft"]
 
-_RESUMABLE_CHANGES = ("optim.steps", "eval", "checkpoint_every", "log_every", "export",
-                      "threads")
-"""Settings a resumed run may change (the rest must match the run's config.yaml)."""
 
 def _cut(example: SFTExample, max_tokens: int) -> SFTExample:
     if len(example.ids) <= max_tokens:
@@ -169,27 +163,13 @@ def _check_export(export: str | None, run_policy: Path) -> None:
                          "treeroll.json): it would be replaced; choose an empty or new folder")
 
 
-@contextlib.contextmanager
-def _removed_on_failure(folder: RunFolder, existed: bool) -> Iterator[None]:
-    """A new run that fails before its first step leaves no run folder behind."""
-    try:
-        yield
-    except BaseException:
-        if not existed and not folder.resume:
-            shutil.rmtree(folder.path, ignore_errors=True)
-        raise
-
-
 def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     """Run (or resume) ``treeroll sft``; returns the summary also written to
     ``summary.json``."""
     reporter = reporter or Silent()
     check_config(config, config.data.problems())
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    folder = RunFolder(config.runs_dir, config.name, config.resume)
-    resolved = config_to_dict(config)
-    folder.check_config(resolved, _resumable_changes(config))
+    life = Lifecycle(config, resumable=_resumable_changes(config))
+    folder, resolved = life.folder, life.resolved
     _check_export(config.export, folder.path / "policy")
     make_env = make_env_factory(config.env)
     train_seeds, held_out = task_pools(config.env, config.eval)
@@ -202,7 +182,6 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
     skipped: list[str] = []
     batches = make_batches(config.data, make_env, turn_format, len(policy.tokenizer),
                            train_seeds, warn=skipped.append)
-    existed = folder.path.exists()
     folder.start(resolved)
     if not config.policy.init and not config.resume:
         policy.tokenizer.save_pretrained(folder.path / "tokenizer")
@@ -210,7 +189,7 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
     optimizer = adamw(model, lr=config.optim.lr, weight_decay=config.optim.weight_decay)
     rng = np.random.default_rng(config.seed)
     state = SFTState(0, config.seed)
-    backend = HFBackend(model, pad_token_id=policy.tokenizer.pad_token_id or 0)
+    backend = make_backend(BackendConfig(), policy)  # the default backend, in process
     summary: dict[str, Any] = {"skipped_lines": skipped} if skipped else {}
 
     def held_out_eval(tasks: int) -> dict[str, float]:
@@ -224,7 +203,7 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
         return result
 
     if config.resume:
-        saved = load_checkpoint(folder.checkpoint, rng)
+        saved = life.restore(rng)
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         state.step, summary = int(saved["step"]), dict(saved["summary"])
@@ -233,21 +212,20 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
         reporter.phase(f"evaluating the starting policy on {config.eval.tasks} "
                        f"{pool_words(config.eval)} tasks",
                        config.eval.tasks)
-        with _removed_on_failure(folder, existed):
+        with life.starting():
             summary["start_eval"] = held_out_eval(config.eval.tasks)
         append_jsonl(folder.metrics, {"step": 0, "eval": summary["start_eval"]})
 
     def checkpoint() -> None:
-        save_checkpoint(folder.checkpoint, {"model": model.state_dict(),
-                                            "optimizer": optimizer.state_dict(),
-                                            "step": state.step, "summary": summary}, rng)
+        life.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                   "step": state.step, "summary": summary}, rng)
 
-    try:
+    # Ctrl-C, or a step count found absurd at step 2: the last whole step is kept (state.step
+    # counts only the steps whose update was applied)
+    with life.interruptible(checkpoint, summary, lambda: state.step + 1,
+                            catch=(KeyboardInterrupt, ConfigError)):
         _loop(config, folder, model, optimizer, batches, state, summary, held_out_eval,
               checkpoint, policy.tokenizer.pad_token_id or 0, reporter)
-    except (KeyboardInterrupt, ConfigError):  # Ctrl-C; a step count found absurd at step 2
-        checkpoint()  # state.step counts only the steps whose update was applied
-        raise
     checkpoint()
     return _finish(config, folder, policy, summary, held_out_eval, reporter)
 
@@ -285,9 +263,7 @@ def _loop(config: SFTConfig, folder: RunFolder, model: Any, optimizer: Any,
         if config.checkpoint_every and step % config.checkpoint_every == 0:
             checkpoint()
         reporter.advance(step, {"loss": record["loss"]})
-        if steps_here == 2:  # the first step of a process warms up; its record is kept
-            check_duration("--optim.steps", config.optim.steps, config.optim.steps - step,
-                           record["seconds"])
+        Lifecycle.check_pace(steps_here, step, config.optim.steps, record["seconds"])
 
 
 def _finish(config: SFTConfig, folder: RunFolder, policy: Policy, summary: dict[str, Any],
@@ -310,7 +286,7 @@ def _finish(config: SFTConfig, folder: RunFolder, policy: Policy, summary: dict[
     if config.export:
         copy_policy_folder(target, Path(config.export))
         summary["exported_to"] = config.export
-    (folder.path / "summary.json").write_text(json.dumps(summary, indent=2))
+    (folder.path / "summary.json").write_text(json.dumps(summary, indent=2))  # as Lifecycle's
     return summary
 
 

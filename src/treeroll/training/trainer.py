@@ -11,8 +11,6 @@ Ctrl-C writes a checkpoint first, so an interrupted run folder is usable.
 from __future__ import annotations
 
 import copy
-import json
-import shutil
 import time
 import warnings
 from dataclasses import replace
@@ -22,32 +20,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from treeroll.advantages import token_credit, weighted
-from treeroll.base import BatchAdvantageEstimator
-from treeroll.checks import check_duration
-from treeroll.config import TrainConfig, check_config, config_to_dict
-from treeroll.plugins import (
-    make_allocator,
-    make_backend,
-    make_env_factory,
-    make_estimator,
-    make_strategy,
-    scorer_name_for,
-    sync_weights,
-)
+from treeroll.assemble import assemble, sync_weights
+from treeroll.base import BatchAdvantageEstimator, LearningScorer, plugin_name
+from treeroll.config import TrainConfig, check_config
+from treeroll.credit.estimators import token_credit, weighted
+from treeroll.engine.batch import count_status, rollout
 from treeroll.policies import build_policy, check_context_length, save_policy
-from treeroll.rollout import count_status, rollout
 from treeroll.training.behaviour import StaleBehaviour
 from treeroll.training.evaluation import Reporter, Silent, evaluate, pool_words, task_pools
+from treeroll.training.lifecycle import Lifecycle
 from treeroll.training.loss import TrainItem, by_turn_reversed, expanded_backward
 from treeroll.training.packed import PackingUnsupported, packed_backward, unsupported_reason
 from treeroll.training.runfolder import (
-    RunFolder,
     append_jsonl,
     check_state_fits,
     deferred_interrupt,
-    load_checkpoint,
-    save_checkpoint,
 )
 from treeroll.training.sft import adamw
 from treeroll.training.sft_run import format_warm_start
@@ -81,28 +68,19 @@ def train(config: TrainConfig, reporter: Reporter | None = None) -> dict[str, An
     only with ``--extend`` and more ``--optim.steps``."""
     reporter = reporter or Silent()
     check_config(config)
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    folder = RunFolder(config.runs_dir, config.name, config.resume or config.extend,
-                       extend=config.extend, steps=config.optim.steps)
-    resolved = config_to_dict(config)
-    folder.check_config(resolved, RESUMABLE_CHANGES, force=config.force)
-    existed = folder.path.exists()
-    try:
-        run = _Run(config, folder, resolved, reporter)
-    except BaseException:
-        if not existed and not folder.resume:  # a failed start leaves no run folder
-            shutil.rmtree(folder.path, ignore_errors=True)
-        raise
+    life = Lifecycle(config, resumable=RESUMABLE_CHANGES, extend=config.extend,
+                     steps=config.optim.steps, force=config.force)
+    with life.starting():  # a failed start leaves no run folder
+        run = _Run(config, life, reporter)
     return run.train()
 
 
 class _Run:
     """One training run's state: what :func:`train` builds, steps and checkpoints."""
 
-    def __init__(self, config: TrainConfig, folder: RunFolder, resolved: dict[str, Any],
-                 reporter: Reporter) -> None:
-        self.config, self.folder, self.reporter = config, folder, reporter
+    def __init__(self, config: TrainConfig, life: Lifecycle, reporter: Reporter) -> None:
+        self.config, self.life, self.folder, self.reporter = config, life, life.folder, reporter
+        resolved = life.resolved
         self._build_plug_ins()
         self.train_seeds, self.held_out = task_pools(config.env, config.eval)
         torch.manual_seed(config.seed)
@@ -133,17 +111,9 @@ class _Run:
     def _build_plug_ins(self) -> None:
         """Environment factory, strategy, estimator and scorer (a bad allocator fails here,
         before any work)."""
-        config = self.config
-        self.make_env = make_env_factory(config.env)
-        self.strategy = make_strategy(config.strategy)
-        self.estimator = make_estimator(config.advantage)
-        make_allocator(config.allocator, config.rollout)
-        scorer_name = scorer_name_for(config.scorer.name, self.strategy, config.env.name)
-        self.scorer = None
-        if scorer_name:
-            from treeroll.scorers import make_scorer
-
-            self.scorer = make_scorer(replace(config.scorer, name=scorer_name))
+        self.parts = assemble(self.config)
+        self.make_env, self.strategy = self.parts.make_env, self.parts.strategy
+        self.estimator, self.scorer = self.parts.estimator, self.parts.scorer
 
     def _load_policy(self, resolved: dict[str, Any]) -> dict[str, Any] | None:
         """The policy, its backend and optimiser; the checkpoint's state when resuming
@@ -157,14 +127,14 @@ class _Run:
                              self.train_seeds)
         state = None
         if folder.resume:
-            state = load_checkpoint(folder.checkpoint, self.rng)
+            state = self.life.restore(self.rng)
             check_state_fits(policy.model, state["model"], folder.checkpoint)
         folder.start(resolved)
         if not config.policy.init and not folder.resume:
             policy.tokenizer.save_pretrained(run_dir / "policy")
         self.policy, self.model = policy, policy.model
         self.turn_format = policy.turn_format()
-        self.backend = make_backend(config.backend, policy)
+        self.backend = self.parts.backend(policy)
         self.optimizer = adamw(self.model, lr=config.optim.lr,
                                weight_decay=config.optim.weight_decay)
         return state
@@ -186,8 +156,8 @@ class _Run:
         if config.optim.behaviour_lag:
             self.behaviour = StaleBehaviour(self.model, config.optim.behaviour_lag,
                                             None if state is None else state["behaviour"])
-            self.rollout_backend = make_backend(config.backend,
-                                                replace(self.policy, model=self.behaviour.model))
+            self.rollout_backend = self.parts.backend(
+                replace(self.policy, model=self.behaviour.model))
         self.ref_model = None
         if config.optim.loss.kl_coef:
             self.ref_model = copy.deepcopy(self.model).eval()
@@ -236,43 +206,38 @@ class _Run:
                  "step": self.done, "summary": self.summary}
         if self.behaviour is not None:
             state["behaviour"] = self.behaviour.state()
-        save_checkpoint(self.folder.checkpoint, state, self.rng)
+        self.life.save(state, self.rng)
 
     def train(self) -> dict[str, Any]:
         """The training loop, then the final evaluation; a crash or Ctrl-C between steps
         checkpoints the last finished step first (an update is never cut in half: Ctrl-C
         during one takes effect after it)."""
         config, run_dir = self.config, self.folder.path
-        name = getattr(self.strategy, "name", type(self.strategy).__name__)
+        name = plugin_name(self.strategy)
         self.reporter.phase(f"training with {name}", config.optim.steps)
-        try:
-            with self.scalars:
-                second = self.done + 2  # the first step of a process warms up
-                for step in range(self.done + 1, config.optim.steps + 1):
-                    tick = time.perf_counter()
-                    self._step(step)
-                    if step == second:  # the first moment a step's cost is known
-                        check_duration("--optim.steps", config.optim.steps,
-                                       config.optim.steps - step, time.perf_counter() - tick)
-                    if step % config.checkpoint_every == 0:
-                        self.save()
+
+        def save_whole() -> None:  # a half-applied update is not saved: the last one stands
+            if not self.updating:
                 self.save()
-                self.summary["final_eval"] = self._evaluate(config.eval.tasks,
-                                                            "the trained policy")
-                self.scalars.record(config.optim.steps, {"eval": self.summary["final_eval"]})
-        except BaseException:
-            if not self.updating:  # else the last periodic checkpoint stands
-                self.save()
-            self.summary["interrupted_at_step"] = self.done + 1
-            (run_dir / "summary.json").write_text(json.dumps(self.summary, indent=2))
-            raise
+
+        with self.life.interruptible(save_whole, self.summary, lambda: self.done + 1), \
+                self.scalars:
+            for here, step in enumerate(range(self.done + 1, config.optim.steps + 1), 1):
+                tick = time.perf_counter()
+                self._step(step)
+                self.life.check_pace(here, step, config.optim.steps, time.perf_counter() - tick)
+                if step % config.checkpoint_every == 0:
+                    self.save()
+            self.save()
+            self.summary["final_eval"] = self._evaluate(config.eval.tasks, "the trained policy")
+            self.scalars.record(config.optim.steps, {"eval": self.summary["final_eval"]})
         self.summary["steps"] = config.optim.steps
         self.summary["generated_tokens"] = self.cumulative["generated"]
         self._export()
         self.summary["finished"] = True
         append_jsonl(self.folder.metrics, {"step": config.optim.steps, "final": True,
                                            "eval": self.summary["final_eval"]})
-        (run_dir / "summary.json").write_text(json.dumps(self.summary, indent=2))
+        self.life.write_summary(self.summary)
         _write_plots(run_dir)
         return self.summary
 
@@ -304,11 +269,11 @@ class _Run:
         batch = rollout(tasks, self.make_env, self.rollout_backend, self.turn_format,
                         self.strategy,
                         config=config.rollout, scorer=self.scorer,
-                        allocator=make_allocator(config.allocator, config.rollout),
+                        allocator=self.parts.allocator(),
                         seed=int(self.rng.integers(2**62)),
                         first_group_id=step * config.optim.tasks_per_step)
         rollout_seconds = time.perf_counter() - tick
-        if self.scorer is not None and hasattr(self.scorer, "observe"):  # value scorer
+        if isinstance(self.scorer, LearningScorer):  # the value scorer
             self.scorer.observe(batch.trees)
         # 3. rewards and 4. advantages, per task group
         items = _train_items(batch.trees, self.estimator, config.optim.drop_zero_variance)

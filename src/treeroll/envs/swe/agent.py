@@ -22,8 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from treeroll.base import Completion, GenerationRequest, SamplingParams
-from treeroll.envs.swe.env import SUBMIT_SENTINEL
-from treeroll.envs.swe.tasks import SWETask, TaskSet
+from treeroll.envs.swe.tasks import SUBMIT_SENTINEL, SWETask, TaskSet
 from treeroll.formatting import ByteTokenizer
 
 __all__ = ["AgentSkill", "ScriptedSWEAgent"]

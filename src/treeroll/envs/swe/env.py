@@ -40,13 +40,11 @@ from treeroll.envs.swe.sandbox import (
     Workspace,
     sandbox_python,
 )
-from treeroll.envs.swe.tasks import SWETask, TaskSet, builtin_tasks, evaluate
+from treeroll.envs.swe.tasks import SUBMIT_SENTINEL, SWETask, TaskSet, builtin_tasks, evaluate
 
 __all__ = ["SUBMIT_SENTINEL", "ParsedAction", "SWEEnv", "SWEEnvConfig", "check_can_score",
            "make_swe_env", "parse_action"]
 
-SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
-"""mini-swe-agent's submit marker: a command whose output starts with it ends the task."""
 
 _CONVENTIONS = ("mini", "swe_agent")
 _EDITOR_COMMANDS = ("view", "create", "str_replace", "insert", "undo_edit")

@@ -37,21 +37,23 @@ commands at the same moment share it. Commands are set up in a ``preexec_fn``: s
 environments from one thread per process. The disk quota of a working tree is enforced by
 polling its size while a command runs (``RLIMIT_FSIZE`` bounds each file): a command that
 exceeds it is killed and the files it created are deleted.
+
+The parts live beside this module: :mod:`~treeroll.envs.swe.sandbox_limits` (the limits and
+the rlimits they set), :mod:`~treeroll.envs.swe.jail` (the closed root and the namespaces of
+overlay mode), :mod:`~treeroll.envs.swe.command` (watching a started command: output,
+timeout, quota, its :class:`CommandResult`), :mod:`~treeroll.envs.swe.filetree` (copies,
+sizes and listings of the trees) and :mod:`~treeroll.envs.swe.cgroups` (limits of a command's
+whole process tree).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import hashlib
 import itertools
 import os
-import resource
 import secrets
-import select
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -63,104 +65,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from treeroll.envs.swe.cgroups import CommandGroup, cgroup_support
+from treeroll.envs.swe.command import CommandResult, watch
+from treeroll.envs.swe.filetree import copy_tree, list_files, tree_bytes
+from treeroll.envs.swe.jail import (
+    JAIL_REPO,
+    JAIL_SCORING,
+    JAIL_TMP,
+    isolate,
+    jail_plan,
+    load_libc,
+    mount_points,
+)
+from treeroll.envs.swe.sandbox_limits import SandboxLimits, apply_rlimits
 
 __all__ = ["CommandResult", "Sandbox", "SandboxLimits", "Workspace", "default_root",
            "sandbox_python"]
 
-_CLONE_NEWNS = 0x00020000
-_CLONE_NEWNET = 0x40000000
-_MS_RDONLY = 1
-_MS_NOSUID = 2
-_MS_NODEV = 4
-_MS_REMOUNT = 32
-_MS_BIND = 4096
-_MS_REC = 16384
-_MS_PRIVATE = 1 << 18
 _NOBODY = 65534
 
 
 def sandbox_python() -> str:
     """The Python interpreter commands see as ``python``: treeroll's own (it has pytest)."""
     return sys.executable or "python3"
-
-
-@dataclass(frozen=True)
-class SandboxLimits:
-    """Resource limits of one command (all configurable per environment)."""
-
-    wall_timeout_s: float = 30.0
-    """Wall-clock limit; the command and everything it started are killed after it."""
-    cpu_seconds: int = 60
-    """RLIMIT_CPU per process."""
-    memory_mb: int = 4096
-    """RLIMIT_AS (address space) per process."""
-    max_processes: int = 256
-    """RLIMIT_NPROC: processes of the sandbox user (a fork bomb stops here)."""
-    command_memory_mb: int = 4096
-    """Memory of a command and everything it starts, together (its cgroup; where cgroups
-    are not available only ``memory_mb`` per process holds)."""
-    command_processes: int = 128
-    """Processes a command may have at once, all of them (its cgroup's ``pids.max``)."""
-    file_size_mb: int = 32
-    """RLIMIT_FSIZE: largest file a command may write."""
-    disk_quota_mb: int = 128
-    """Most bytes a working tree's own (edited or created) files may occupy."""
-    tmpfs_mb: int = 64
-    """Size of each command's private scratch tmpfs (``TMPDIR``, ``HOME``) in overlay mode."""
-    capture_bytes: int = 200_000
-    """Output kept from a command (head and tail halves); the rest is counted, not stored."""
-
-    def __post_init__(self) -> None:
-        if self.wall_timeout_s <= 0:
-            raise ValueError(f"wall_timeout_s must be > 0, got {self.wall_timeout_s}")
-        for name in ("cpu_seconds", "memory_mb", "max_processes", "file_size_mb",
-                     "disk_quota_mb", "tmpfs_mb", "capture_bytes", "command_memory_mb",
-                     "command_processes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-
-
-@dataclass
-class CommandResult:
-    """What one sandboxed command did."""
-
-    output: str
-    """stdout and stderr interleaved (head and tail kept when longer than ``capture_bytes``)."""
-    returncode: int
-    timed_out: bool = False
-    quota_exceeded: bool = False
-    elided_bytes: int = 0
-    """Output bytes dropped from the middle of ``output``."""
-    seconds: float = 0.0
-    error: str = ""
-    """Why the sandbox itself could not run the command (empty when it ran)."""
-
-
-def _libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    try:
-        return ctypes.CDLL(name, use_errno=True)
-    except OSError:
-        return None
-
-
-def _mount_points() -> list[tuple[str, str, bool]]:
-    """``(mount point, fs type, read_only)`` of every mount, from ``/proc/self/mountinfo``."""
-    out: list[tuple[str, str, bool]] = []
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        left, _, right = line.partition(" - ")
-        parts = left.split()
-        if len(parts) < 6 or not right:
-            continue
-        point = parts[4].encode().decode("unicode_escape")
-        out.append((point, right.split()[0], "ro" in parts[5].split(",")))
-    return out
 
 
 def default_root() -> Path:
@@ -172,237 +98,10 @@ def default_root() -> Path:
     if configured:
         return Path(configured)
     shm = Path("/dev/shm")
-    if any(p == "/dev/shm" and fs == "tmpfs" for p, fs, ro in _mount_points() if not ro) \
+    if any(p == "/dev/shm" and fs == "tmpfs" for p, fs, ro in mount_points() if not ro) \
             and os.access(shm, os.W_OK | os.X_OK):
         return shm
     return Path(tempfile.gettempdir())
-
-
-_SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
-"""Top-level system directories a closed root shows (read-only; symlinks kept as links)."""
-_ETC_ENTRIES = ("passwd", "group", "nsswitch.conf", "hosts", "ld.so.cache", "ld.so.conf",
-                "ld.so.conf.d", "localtime", "alternatives", "ssl", "mime.types", "gitconfig",
-                "inputrc", "bash.bashrc", "profile")
-"""What of ``/etc`` a closed root shows: name lookup, the dynamic loader, Debian's
-``alternatives`` links (``/usr/bin/awk`` points there), TLS roots and shell defaults; nothing
-else of the host's configuration."""
-_DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
-JAIL_REPO = "/testbed"
-"""The working tree's path inside the closed root (SWE-bench's images use the same)."""
-JAIL_TMP = "/tmp"
-"""The private scratch tmpfs inside the closed root (``TMPDIR`` and ``HOME``)."""
-JAIL_SCORING = "/.scoring"
-"""Where commands find the scoring plugin in overlay mode (read-only)."""
-_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "arm64": 41, "riscv64": 41, "ppc64le": 203,
-               "s390x": 217}
-"""``pivot_root(2)`` syscall numbers (glibc has no wrapper); elsewhere ``chroot(2)`` is used
-(the command runs as ``nobody``, who cannot leave a chroot)."""
-_MNT_DETACH = 2
-
-
-@dataclass(frozen=True)
-class _Jail:
-    """What a closed root holds, planned once on the host: ``links`` are ``(path, target)``
-    symlinks, ``binds`` are ``(host path, is_dir)`` shown read-only at the same path."""
-
-    links: tuple[tuple[str, str], ...]
-    binds: tuple[tuple[str, bool], ...]
-    submounts: tuple[str, ...] = ()
-    """Host mount points, so that mounts below a bound path are made read-only too."""
-    hidden: tuple[str, ...] = ()
-    """Folders inside a bound path covered by an empty read-only tmpfs (treeroll's own
-    package, which holds the SWE tasks' pristine projects, when it is installed inside the
-    Python installation the commands run)."""
-    mapped: tuple[tuple[str, str], ...] = ()
-    """``(host folder, path inside)`` pairs bound read-only at another path (the scoring
-    plugin's folder, at :data:`JAIL_SCORING`)."""
-
-
-def _outermost(paths: list[str]) -> list[str]:
-    """``paths`` without those inside another one of them (``/usr/local`` under ``/usr``)."""
-    unique = sorted(set(paths), key=len)
-    kept: list[str] = []
-    for path in unique:
-        if not any(path == k or path.startswith(k.rstrip(os.sep) + os.sep) for k in kept):
-            kept.append(path)
-    return sorted(kept)
-
-
-def _jail_plan(tools: list[str], root: Path, hidden: Sequence[str] = (),
-               mapped: Sequence[tuple[str, str]] = ()) -> _Jail:
-    """The closed root: the system directories, a few ``/etc`` entries, and ``tools`` (the
-    Python installation commands run, plus any path a caller adds), each read-only at its
-    host path. Everything else of the host (homes, other checkouts, treeroll's own sources,
-    other tasks' trees) does not exist inside."""
-    links: list[tuple[str, str]] = []
-    binds: list[str] = []
-    for name in _SYSTEM_DIRS:
-        path = "/" + name
-        if os.path.islink(path):
-            links.append((path, os.readlink(path)))
-        elif os.path.isdir(path):
-            binds.append(path)
-    resolved = []
-    for raw in tools:
-        path = os.path.realpath(raw)
-        if not os.path.exists(path):
-            raise ValueError(f"sandbox tool path {raw!r} does not exist")
-        if path == "/" or str(root).startswith(path.rstrip(os.sep) + os.sep):
-            raise ValueError(f"sandbox tool path {raw!r} holds the sandbox's own trees "
-                             f"({root}); name the tool's own folder")
-        resolved.append(path)
-    dirs = _outermost(binds + resolved)
-    files = [(f"/etc/{name}", os.path.isdir(f"/etc/{name}")) for name in _ETC_ENTRIES
-             if os.path.exists(f"/etc/{name}")]
-    files = [(path, is_dir) for path, is_dir in files
-             if not any(path.startswith(d + os.sep) for d in dirs)]
-    covered = tuple(sorted({os.path.realpath(h) for h in hidden
-                            if any(os.path.realpath(h).startswith(d.rstrip(os.sep) + os.sep)
-                                   for d in dirs)}))
-    return _Jail(links=tuple(links), binds=tuple((d, True) for d in dirs) + tuple(files),
-                 submounts=tuple(point for point, _, _ in _mount_points()), hidden=covered,
-                 mapped=tuple(mapped))
-
-
-def _copy_tree(src: Path, dst: Path) -> None:
-    """Copy a directory exactly: modes, owners, symlinks, overlay whiteouts and opaque xattrs."""
-    st = os.lstat(src)
-    os.mkdir(dst, stat.S_IMODE(st.st_mode))
-    _copy_meta(src, dst, st)
-    with os.scandir(src) as entries:
-        for entry in entries:
-            s, d = Path(entry.path), dst / entry.name
-            est = entry.stat(follow_symlinks=False)
-            if stat.S_ISDIR(est.st_mode):
-                _copy_tree(s, d)
-                continue
-            if stat.S_ISLNK(est.st_mode):
-                os.symlink(os.readlink(s), d)
-            elif stat.S_ISREG(est.st_mode):
-                shutil.copyfile(s, d, follow_symlinks=False)
-                os.chmod(d, stat.S_IMODE(est.st_mode))
-            elif stat.S_ISCHR(est.st_mode):  # an overlayfs whiteout (a deleted file)
-                os.mknod(d, est.st_mode, est.st_rdev)
-            else:
-                continue
-            _copy_meta(s, d, est)
-
-
-def _copy_meta(src: Path, dst: Path, st: os.stat_result) -> None:
-    if os.geteuid() == 0:
-        os.chown(dst, st.st_uid, st.st_gid, follow_symlinks=False)
-        if stat.S_ISDIR(st.st_mode):
-            with contextlib.suppress(OSError):
-                for name in os.listxattr(src, follow_symlinks=False):
-                    if name.startswith("trusted.overlay."):
-                        os.setxattr(dst, name, os.getxattr(src, name))
-
-
-def _tree_bytes(root: Path) -> int:
-    total = 0
-    stack = [root]
-    while stack:
-        current = stack.pop()
-        try:
-            with os.scandir(current) as entries:
-                for entry in entries:
-                    st = entry.stat(follow_symlinks=False)
-                    if stat.S_ISDIR(st.st_mode):
-                        stack.append(Path(entry.path))
-                    else:
-                        total += st.st_blocks * 512
-        except OSError:
-            continue
-    return total
-
-
-def _list_files(root: Path) -> set[str]:
-    out = set()
-    for dirpath, dirnames, filenames in os.walk(root):
-        rel = os.path.relpath(dirpath, root)
-        for name in filenames + dirnames:
-            out.add(os.path.normpath(os.path.join(rel, name)))
-    return out
-
-
-def _mount(libc: ctypes.CDLL, source: str, target: str, fstype: str | None, flags: int,
-           data: bytes | None, what: str) -> None:
-    if libc.mount(source.encode(), target.encode(), fstype.encode() if fstype else None,
-                  flags, data) != 0:
-        raise OSError(ctypes.get_errno(), f"{what} ({target})")
-
-
-def _bind_read_only(libc: ctypes.CDLL, source: str, target: str, *, is_dir: bool,
-                    devices: bool = False, submounts: Sequence[str] = ()) -> None:
-    """Bind ``source`` at ``target`` read-only, nosuid (and nodev unless ``devices``),
-    with every host mount below ``source`` (``submounts``) made read-only too."""
-    os.makedirs(target if is_dir else os.path.dirname(target), exist_ok=True)
-    if not is_dir and not os.path.exists(target):
-        os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
-    _mount(libc, source, target, None, _MS_BIND | _MS_REC, None, "bind")
-    flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | (0 if devices else _MS_NODEV)
-    _mount(libc, "none", target, None, flags, None, "remount read-only")
-    prefix = source.rstrip("/") + "/"
-    for point in submounts:
-        if point.startswith(prefix):
-            inner = target + "/" + point[len(prefix):]
-            if os.path.isdir(inner) or os.path.isfile(inner):
-                _mount(libc, "none", inner, None, flags, None, "remount a submount read-only")
-
-
-def _enter_jail(libc: ctypes.CDLL, plan: _Jail, jail: str, repo: str, scratch: str,
-                overlay_options: bytes, tmp_options: bytes) -> None:
-    """Build the closed root on ``jail`` (a fresh tmpfs in this mount namespace) and make it
-    ``/``: the plan's read-only binds and links, the branch's overlay at ``repo``, a private
-    tmpfs at ``scratch`` (also ``/tmp``), a minimal ``/dev``, an empty ``/proc`` for the PID
-    namespace's own. Runs in the command's child between fork and exec."""
-    _mount(libc, "tmpfs", jail, "tmpfs", _MS_NOSUID | _MS_NODEV, b"size=4m,mode=755",
-           "mount root tmpfs")
-    for path, target in plan.links:
-        os.symlink(target, jail + path)
-    # The scratch tmpfs first: a bound path under /tmp (a virtual environment made there,
-    # say) then gets its mount point inside it instead of being hidden by it.
-    os.makedirs(jail + scratch, exist_ok=True)
-    _mount(libc, "tmpfs", jail + scratch, "tmpfs", _MS_NOSUID | _MS_NODEV, tmp_options,
-           "mount scratch tmpfs")
-    if scratch != "/tmp":
-        os.makedirs(jail + "/tmp", exist_ok=True)
-        _mount(libc, jail + scratch, jail + "/tmp", None, _MS_BIND, None, "bind /tmp")
-    for path, is_dir in plan.binds:
-        _bind_read_only(libc, path, jail + path, is_dir=is_dir, submounts=plan.submounts)
-    for path in plan.hidden:
-        if os.path.isdir(jail + path):
-            _mount(libc, "tmpfs", jail + path, "tmpfs",
-                   _MS_RDONLY | _MS_NOSUID | _MS_NODEV, b"size=4k,mode=555", "hide a folder")
-    for source, inside in plan.mapped:
-        _bind_read_only(libc, source, jail + inside, is_dir=True)
-    os.makedirs(jail + repo, exist_ok=True)
-    _mount(libc, "overlay", jail + repo, "overlay", _MS_NOSUID | _MS_NODEV, overlay_options,
-           "mount overlay")
-    os.makedirs(jail + "/dev", exist_ok=True)
-    for node in _DEV_NODES:
-        if os.path.exists("/dev/" + node):
-            _bind_read_only(libc, "/dev/" + node, f"{jail}/dev/{node}", is_dir=False,
-                            devices=True)
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"),
-                         ("shm", "/tmp")):
-        if not os.path.lexists(f"{jail}/dev/{name}"):  # the trees may live under /dev/shm
-            os.symlink(target, f"{jail}/dev/{name}")
-    os.makedirs(jail + "/proc", exist_ok=True)
-    os.chdir(jail)
-    number = _PIVOT_ROOT.get(os.uname().machine)
-    if number is not None:  # a failure here fails the probe: copy mode, and it says so
-        if libc.syscall(number, b".", b".") != 0:
-            raise OSError(ctypes.get_errno(), "pivot_root")
-        if libc.umount2(b".", _MNT_DETACH) != 0:  # the old root, stacked on the new one
-            raise OSError(ctypes.get_errno(), "detach the host root")
-    elif libc.chroot(b".") != 0:
-        raise OSError(ctypes.get_errno(), "chroot")
-    os.chdir("/")
-    _mount(libc, "none", "/", None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV, None,
-           "remount the closed root read-only")
-    os.chdir(repo)
 
 
 class Sandbox:
@@ -437,7 +136,7 @@ class Sandbox:
         self.scratch_path = Path(JAIL_TMP)
         """Where each command's private tmpfs (``TMPDIR``, ``HOME``) appears in overlay mode."""
         self._counter = itertools.count()
-        self._libc = _libc()
+        self._libc = load_libc()
         self._unshare = shutil.which("unshare")
         self._bash = shutil.which("bash") or "/bin/sh"
         self._python_dir = str(Path(sandbox_python()).parent)
@@ -452,11 +151,11 @@ class Sandbox:
         os.chmod(self.scoring_dir, 0o755)  # read by the sandbox user, whatever the umask
         os.chmod(plugin, 0o644)
         (self.root / "results").mkdir(mode=0o700)
-        self._jail = _jail_plan([sys.prefix, sys.base_prefix, self._python_dir,
-                                 os.path.dirname(os.path.realpath(sandbox_python())),
-                                 *tools], self.root,
-                                hidden=[str(Path(__file__).resolve().parents[2])],
-                                mapped=[(str(self.scoring_dir), JAIL_SCORING)])
+        self._jail = jail_plan([sys.prefix, sys.base_prefix, self._python_dir,
+                                os.path.dirname(os.path.realpath(sandbox_python())),
+                                *tools], self.root,
+                               hidden=[str(Path(__file__).resolve().parents[2])],
+                               mapped=[(str(self.scoring_dir), JAIL_SCORING)])
         self.jail_path = self.root / "jail"
         """The mount point of each command's closed root in overlay mode (empty on the host)."""
         self.jail_path.mkdir()
@@ -621,18 +320,8 @@ class Sandbox:
                 group.join()
             if overlay:
                 assert libc is not None
-                if libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET) != 0:
-                    raise OSError(ctypes.get_errno(), "unshare")
-                if libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
-                    raise OSError(ctypes.get_errno(), "mount --make-rprivate /")
-                _enter_jail(libc, plan, jail, repo, scratch, options, shm_options)
-            resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds))
-            mem = limits.memory_mb * 2**20
-            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-            resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes,) * 2)
-            size = limits.file_size_mb * 2**20
-            resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+                isolate(libc, plan, jail, repo, scratch, options, shm_options)
+            apply_rlimits(limits)
 
         return setup
 
@@ -669,7 +358,7 @@ class Sandbox:
              timeout_s: float | None, pass_fds: Sequence[int],
              extra_env: dict[str, str] | None, group: CommandGroup | None) -> CommandResult:
         timeout = self.limits.wall_timeout_s if timeout_s is None else timeout_s
-        before = _list_files(workspace.upper)
+        before = list_files(workspace.upper)
         start = time.perf_counter()
         try:
             proc = subprocess.Popen(
@@ -681,69 +370,8 @@ class Sandbox:
                 pass_fds=tuple(pass_fds))
         except (OSError, subprocess.SubprocessError) as err:
             return CommandResult(output="", returncode=-1, error=f"sandbox failed: {err}")
-        if stdin is not None and proc.stdin is not None:
-            with contextlib.suppress(OSError):
-                proc.stdin.write(stdin.encode())
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
-        assert proc.stdout is not None
-        fd = proc.stdout.fileno()
-        keep = self.limits.capture_bytes // 2
-        head = bytearray()
-        tail = bytearray()
-        total = 0
-        timed_out = quota = False
-        quota_bytes = self.limits.disk_quota_mb * 2**20
-        deadline = start + timeout
-        next_quota = start + 0.2
-        while True:
-            now = time.perf_counter()
-            if now >= deadline:
-                timed_out = True
-                break
-            if now >= next_quota:
-                next_quota = now + 0.2
-                if workspace.own_bytes() > quota_bytes:
-                    quota = True
-                    break
-            ready, _, _ = select.select([fd], [], [], min(0.05, deadline - now))
-            if not ready:
-                continue
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            total += len(chunk)
-            if len(head) < keep:
-                take = keep - len(head)
-                head += chunk[:take]
-                chunk = chunk[take:]
-            if chunk:
-                tail += chunk
-                if len(tail) > keep:
-                    del tail[: len(tail) - keep]
-        if timed_out or quota:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        try:
-            returncode = proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            returncode = proc.wait()
-        proc.stdout.close()
-        if not quota and workspace.own_bytes() > quota_bytes:
-            quota = True
-        if quota:
-            workspace.remove_new(before)
-        elided = max(0, total - len(head) - len(tail))
-        text = head.decode("utf-8", errors="replace")
-        if tail:
-            if elided:
-                text += f"\n[... {elided} bytes of output elided ...]\n"
-            text += tail.decode("utf-8", errors="replace")
-        return CommandResult(output=text, returncode=returncode, timed_out=timed_out,
-                             quota_exceeded=quota, elided_bytes=elided,
-                             seconds=time.perf_counter() - start)
+        return watch(proc, workspace, self.limits, stdin=stdin, before=before, start=start,
+                     timeout=timeout)
 
     def close(self) -> None:
         """Delete every tree this sandbox made."""
@@ -794,17 +422,17 @@ class Workspace:
             return child
         n = next(self.sandbox._counter)
         directory = self.sandbox.root / "ws" / f"{os.getpid()}-{n}"
-        _copy_tree(self.upper, directory)
+        copy_tree(self.upper, directory)
         directory.with_name(directory.name + ".work").mkdir()
         return Workspace(sandbox=self.sandbox, base=self.base, directory=directory)
 
     def own_bytes(self) -> int:
         """Disk space taken by this branch's own files."""
-        return _tree_bytes(self.upper)
+        return tree_bytes(self.upper)
 
     def remove_new(self, before: set[str]) -> None:
         """Delete entries created since ``before`` (a listing of ``upper``)."""
-        for rel in sorted(_list_files(self.upper) - before, key=len):
+        for rel in sorted(list_files(self.upper) - before, key=len):
             target = self.upper / rel
             if target.is_dir() and not target.is_symlink():
                 shutil.rmtree(target, ignore_errors=True)

@@ -1,0 +1,165 @@
+"""Credit: how each leaf's reward becomes the weight of every model token in the update.
+
+Advantage estimators over a task's group of leaves (:mod:`treeroll.credit.estimators`), their
+registry, and :func:`make_estimator`, which binds an ``AdvantageConfig``'s hyper-parameters.
+Adding one: a function ``(tree, **options) -> advantages`` (or a
+:class:`~treeroll.base.BatchAdvantageEstimator` class) and one ``ADVANTAGES.register`` line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from treeroll.base import AdvantageEstimator
+from treeroll.checks import checked
+from treeroll.credit import estimators
+from treeroll.credit.estimators import BatchBaseline, token_credit, weighted
+from treeroll.registry import Registry, build_user_plugin, plugin_section
+
+__all__ = [
+    "ADVANTAGES",
+    "ADVANTAGE_BLOCKS",
+    "AdvantageConfig",
+    "BatchBaseline",
+    "GiGPOSettings",
+    "PlanPOSettings",
+    "make_estimator",
+    "token_credit",
+    "weighted",
+]
+
+@dataclass
+class GiGPOSettings:
+    """``advantage.gigpo``: GiGPO's step-level term."""
+
+    omega: float = checked(1.0, ge=0)
+    """Weight of the step-level advantage."""
+    gamma: float = checked(0.95, ge=0, le=1)
+    """Discount of the step returns."""
+
+
+@dataclass
+class PlanPOSettings:
+    """``advantage.planpo``: PlanPO's bonus for short successes."""
+
+    beta: float = checked(0.2, ge=0)
+    """At most this much more reward for the group's shortest success."""
+
+
+ADVANTAGE_BLOCKS: dict[str, type] = {"gigpo": GiGPOSettings, "planpo": PlanPOSettings}
+"""The estimators with settings of their own: ``advantage.<name>.*``."""
+
+
+@dataclass
+class AdvantageSection:
+    """Credit assignment over each task's group of leaves. :func:`make_estimator` passes each
+    shared option (``std``, ``singleton``, ``eps``) to the estimator if it takes it, and the
+    estimator's own block (``advantage.gigpo.*``) to it; an option the estimator does not take
+    must keep its default (else an error names it)."""
+
+    name: str = "grpo"
+    """``grpo``, ``dr_grpo``, ``rloo``, ``tree``, ``treepo``, ``progress``, ``planpo`` (one
+    value per leaf), ``treerl``, ``gigpo`` or ``arpo_hard`` (per turn), ``sao`` (over the
+    whole batch: for one rollout per task) or ``package.module:function``."""
+    options: dict[str, str] = field(default_factory=dict)
+    """A user's own estimator (``package.module:object``): its config block, ``KEY VALUE``
+    pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
+    them as its fields, a builder as keywords."""
+    std: str = checked("population", choices=("population", "sample"))
+    """``grpo``, ``tree``, ``sao`` and those built on them (``gigpo``, ``treepo``, ``progress``,
+    ``planpo``, ``arpo_hard``): divide by the ``population`` std (ddof=0, the default) or the
+    ``sample`` std (ddof=1, unbiased: verl's and TRL's, hence Tree-GRPO's code's)."""
+    singleton: str = checked("zero", choices=("zero", "verl"))
+    """``grpo``, ``dr_grpo``, ``tree``, ``arpo_hard``: a group of one gets advantage ``zero``
+    (default: a tree that never branches is exactly chain GRPO) or, ``verl``, its raw reward
+    (verl's mean 0 / std 1)."""
+    eps: float = checked(1e-6, ge=0)
+    """``grpo``, ``tree``, ``gigpo``, ``arpo_hard``, ``sao``: added to the std before dividing."""
+
+    renamed: ClassVar[dict[str, str]] = {"omega": "gigpo.omega", "gamma": "gigpo.gamma",
+                                         "beta": "planpo.beta"}
+    """Keys of treeroll 0.1 -> where they live now (read with a deprecation warning)."""
+
+    if TYPE_CHECKING:  # the estimators' blocks, added by plugin_section
+        def __getattr__(self, name: str) -> Any: ...
+
+
+if TYPE_CHECKING:
+    AdvantageConfig = AdvantageSection
+else:
+    AdvantageConfig = plugin_section(AdvantageSection, ADVANTAGE_BLOCKS, "AdvantageConfig")
+
+
+ADVANTAGES: Registry[AdvantageEstimator] = Registry("advantage estimator")
+ADVANTAGES.register("grpo", estimators.grpo)
+ADVANTAGES.register("dr_grpo", estimators.dr_grpo)
+ADVANTAGES.register("rloo", estimators.rloo)
+ADVANTAGES.register("tree", estimators.tree_advantage)
+ADVANTAGES.register("treerl", estimators.treerl)
+ADVANTAGES.register("gigpo", estimators.gigpo)
+ADVANTAGES.register("treepo", estimators.treepo)
+ADVANTAGES.register("progress", estimators.progress_conditioned)
+ADVANTAGES.register("planpo", estimators.planpo)
+ADVANTAGES.register("arpo_hard", estimators.arpo_hard)
+ADVANTAGES.register("sao", estimators.BatchBaseline)  # type: ignore[arg-type]  # a class
+
+
+def make_estimator(advantage_config: Any) -> AdvantageEstimator:
+    """The estimator named by ``advantage_config.name`` with its hyper-parameters bound.
+
+    Each shared option (``std``, ``singleton``, ``eps``) is passed as a keyword to an
+    estimator that takes it, and the fields of the estimator's own block (``advantage.gigpo``
+    for ``gigpo``) to it (``functools.partial`` of a function; a class, a
+    :class:`~treeroll.base.BatchAdvantageEstimator`, is built with them). An estimator that
+    does not take an option never receives it, and a non-default value for it (or for another
+    estimator's block) is an error naming the option and the estimator, rather than a setting
+    silently ignored (``rloo`` takes none).
+    """
+    name = advantage_config.name
+    estimator = ADVANTAGES.get(name)
+    try:  # a class (a batch-level estimator) takes its options when built; a function after
+        parameters = list(inspect.signature(estimator).parameters.values())  # the tree
+        parameters = parameters if inspect.isclass(estimator) else parameters[1:]
+    except (TypeError, ValueError):  # a callable whose signature cannot be read
+        parameters = []
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+    accepted = [p.name for p in parameters if p.kind in (inspect.Parameter.KEYWORD_ONLY,
+                                                         inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    if ":" in name and getattr(advantage_config, "options", None):
+        if inspect.isclass(estimator):  # a batch-level estimator: built with its options
+            made: AdvantageEstimator = build_user_plugin(estimator, advantage_config.options,
+                                                         "advantage")
+            return made
+        return build_user_plugin(functools.partial, advantage_config.options, "advantage",
+                                 estimator)
+    options: dict[str, Any] = {}
+    for block in ADVANTAGE_BLOCKS:  # the estimator's own block, and no other one set
+        settings = getattr(advantage_config, block)
+        for option in dataclasses.fields(settings):
+            value = getattr(settings, option.name)
+            if block == name:
+                options[option.name] = value
+            elif value != option.default:
+                raise ValueError(f"advantage.{block}.{option.name}={value!r} is for the "
+                                 f"{block!r} estimator, not {name!r}; leave it at its default "
+                                 f"{option.default!r} or choose --advantage.name {block}")
+    for option in dataclasses.fields(AdvantageSection):  # the shared options
+        if option.name in ("name", "options"):
+            continue
+        value = getattr(advantage_config, option.name)
+        if takes_any or option.name in accepted:
+            options[option.name] = value
+        elif value != option.default:
+            takes = ", ".join(accepted) or "no options"
+            raise ValueError(f"advantage.{option.name}={value!r} does not apply to the "
+                             f"{name!r} estimator (it takes: {takes}); leave it at its "
+                             f"default {option.default!r} or choose an estimator that takes it")
+    if inspect.isclass(estimator):
+        built: AdvantageEstimator = estimator(**options)  # type: ignore[assignment]
+        return built
+    return functools.partial(estimator, **options)
+

@@ -1,0 +1,20 @@
+"""The rollout engine: grows every task's tree of a batch turn by turn, without barriers.
+
+:func:`rollout` is the entry (:mod:`treeroll.engine.batch`); the loop it runs
+(:mod:`treeroll.engine.loop`), the token budgets (:mod:`~treeroll.engine.budgets`), contained
+faults (:mod:`~treeroll.engine.faults`) and the allocators that move budget between tasks
+(:mod:`~treeroll.engine.allocators`, with their registry) live beside it.
+"""
+
+from treeroll.engine.allocators import (
+    ALLOCATORS,
+    AllocatorConfig,
+    UniformAllocator,
+    make_allocator,
+)
+from treeroll.engine.batch import RolloutBatch, RolloutConfig, rollout
+from treeroll.engine.loop import run_engine
+
+__all__ = ["ALLOCATORS", "AllocatorConfig", "RolloutBatch", "RolloutConfig", "UniformAllocator",
+           "make_allocator",
+           "rollout", "run_engine"]

@@ -1,0 +1,125 @@
+"""Watching one sandboxed command once it has started: feed its stdin, keep the head and tail
+of its output, poll its working tree's disk quota, kill its process group at the wall
+timeout or when the quota is exceeded, and report a :class:`CommandResult`.
+
+:meth:`treeroll.envs.swe.sandbox.Sandbox.run` starts the command (its argv, environment and
+child setup depend on the sandbox's mode) and hands it to :func:`watch`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from treeroll.envs.swe.sandbox_limits import SandboxLimits
+
+__all__ = ["CommandResult", "WatchedTree", "watch"]
+
+
+@dataclass
+class CommandResult:
+    """What one sandboxed command did."""
+
+    output: str
+    """stdout and stderr interleaved (head and tail kept when longer than ``capture_bytes``)."""
+    returncode: int
+    timed_out: bool = False
+    quota_exceeded: bool = False
+    elided_bytes: int = 0
+    """Output bytes dropped from the middle of ``output``."""
+    seconds: float = 0.0
+    error: str = ""
+    """Why the sandbox itself could not run the command (empty when it ran)."""
+
+
+class WatchedTree(Protocol):
+    """What :func:`watch` uses of the working tree a command runs in (a
+    :class:`~treeroll.envs.swe.sandbox.Workspace`)."""
+
+    def own_bytes(self) -> int:
+        """Disk space taken by the tree's own files."""
+        ...
+
+    def remove_new(self, before: set[str]) -> None:
+        """Delete entries created since ``before`` (a listing of the tree's own files)."""
+        ...
+
+
+def watch(proc: subprocess.Popen[bytes], workspace: WatchedTree, limits: SandboxLimits, *,
+          stdin: str | None, before: set[str], start: float, timeout: float) -> CommandResult:
+    """Feed ``stdin`` to the started ``proc`` and read its output until it ends, the wall
+    ``timeout`` (seconds after ``start``, a ``time.perf_counter()`` reading) passes, or
+    ``workspace`` holds more than ``limits.disk_quota_mb`` (polled every 0.2 s, and once
+    more at the end). At the timeout or the quota its process group is killed; it is then
+    waited for (and killed after 10 s more), and when the quota was exceeded what it
+    created since ``before`` (a listing of the tree) is deleted. Never raises for the
+    command's own failures."""
+    if stdin is not None and proc.stdin is not None:
+        with contextlib.suppress(OSError):
+            proc.stdin.write(stdin.encode())
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    keep = limits.capture_bytes // 2
+    head = bytearray()
+    tail = bytearray()
+    total = 0
+    timed_out = quota = False
+    quota_bytes = limits.disk_quota_mb * 2**20
+    deadline = start + timeout
+    next_quota = start + 0.2
+    while True:
+        now = time.perf_counter()
+        if now >= deadline:
+            timed_out = True
+            break
+        if now >= next_quota:
+            next_quota = now + 0.2
+            if workspace.own_bytes() > quota_bytes:
+                quota = True
+                break
+        ready, _, _ = select.select([fd], [], [], min(0.05, deadline - now))
+        if not ready:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        total += len(chunk)
+        if len(head) < keep:
+            take = keep - len(head)
+            head += chunk[:take]
+            chunk = chunk[take:]
+        if chunk:
+            tail += chunk
+            if len(tail) > keep:
+                del tail[: len(tail) - keep]
+    if timed_out or quota:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        returncode = proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        returncode = proc.wait()
+    proc.stdout.close()
+    if not quota and workspace.own_bytes() > quota_bytes:
+        quota = True
+    if quota:
+        workspace.remove_new(before)
+    elided = max(0, total - len(head) - len(tail))
+    text = head.decode("utf-8", errors="replace")
+    if tail:
+        if elided:
+            text += f"\n[... {elided} bytes of output elided ...]\n"
+        text += tail.decode("utf-8", errors="replace")
+    return CommandResult(output=text, returncode=returncode, timed_out=timed_out,
+                         quota_exceeded=quota, elided_bytes=elided,
+                         seconds=time.perf_counter() - start)

@@ -1,0 +1,79 @@
+"""Running a task's tests and reading what they report: the pytest command line tests run
+with (:data:`DEFAULT_TEST_COMMAND`), its ``-rA`` summary (:func:`parse_pytest_report`), and
+the lines of the scoring plugin's channel (:func:`channel_statuses`,
+:mod:`treeroll.envs.swe.scoring_channel` writes them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+__all__ = ["DEFAULT_TEST_COMMAND", "channel_statuses", "parse_pytest_report"]
+
+
+DEFAULT_TEST_COMMAND = ("python -P -m pytest -o pythonpath=. -rA -q --tb=short "
+                        "-p no:cacheprovider {tests}")
+"""How tests run (``{tests}``: the shell-quoted test ids, empty for the whole suite).
+``-P`` keeps the working tree off ``sys.path`` while pytest itself loads (a ``pytest.py``
+in the tree cannot replace it); ``-o pythonpath=.`` then puts the tree first for the tests,
+as ``python -m pytest`` would."""
+
+_REPORT = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED) (\S+)")
+
+
+_SUMMARY = re.compile(r"^=+ short test summary info =+$")
+
+
+def parse_pytest_report(output: str) -> dict[str, str]:
+    """Test id -> ``PASSED`` / ``FAILED`` / ``ERROR`` / ... from ``pytest -rA`` output.
+
+    Only the last "short test summary info" section is read when there is one: report-like
+    lines that the code under test printed earlier (captured output shown with a failure)
+    are not pytest's verdict."""
+    lines = output.splitlines()
+    starts = [i for i, line in enumerate(lines) if _SUMMARY.match(line.strip())]
+    statuses: dict[str, str] = {}
+    for line in lines[starts[-1] + 1:] if starts else lines:
+        match = _REPORT.match(line)
+        if match:
+            statuses.setdefault(match.group(2), match.group(1))
+    return statuses
+
+
+def channel_statuses(text: str, token: str) -> tuple[dict[str, str], bool]:
+    """Test id -> status from the scoring plugin's lines (see
+    :func:`treeroll.envs.swe.tasks.run_scored`), and
+    whether its session-end line came."""
+    phases: dict[str, list[tuple[str, str]]] = {}
+    broken: list[str] = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(record, dict) or record.get("token") != token:
+            continue
+        if record.get("done"):
+            break
+        nodeid, when, outcome = (str(record.get(k)) for k in ("nodeid", "when", "outcome"))
+        if when == "collect":
+            broken.append(nodeid)
+        phases.setdefault(nodeid, []).append((when, outcome))
+    else:
+        return _combine(phases, broken), False
+    return _combine(phases, broken), True
+
+
+def _combine(phases: dict[str, list[tuple[str, str]]], broken: list[str]) -> dict[str, str]:
+    statuses = {}
+    for nodeid, records in phases.items():
+        if any(nodeid.startswith(b + "::") or nodeid == b for b in broken):
+            statuses[nodeid] = "ERROR"
+        elif any(outcome == "failed" for _, outcome in records):
+            statuses[nodeid] = "FAILED" if ("call", "failed") in records else "ERROR"
+        elif ("call", "passed") in records:
+            statuses[nodeid] = "PASSED"
+        else:
+            statuses[nodeid] = "SKIPPED"
+    return statuses
