@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from treeroll.cli.compare import CompareConfig, run_compare
+from treeroll.cli.efficiency import crossing
 from treeroll.config import load_config
 from treeroll.training.runfolder import move_aside
 
@@ -49,6 +50,39 @@ def tokens_to_reach(runs: list[dict], target: float) -> float | None:
         if float(np.mean([r["curve"][i][1] for r in runs])) >= target - 1e-12:
             return tokens
     return None
+
+
+def _mean_crossing(curves: np.ndarray, target: float) -> float:
+    """Tokens at which the mean over seeds of ``curves`` (seeds x points x (tokens, success))
+    first reaches ``target``, interpolated between evaluations; inf if never."""
+    mean = curves.mean(axis=0)
+    return crossing([(float(t), float(s)) for t, s in mean], target)
+
+
+def reach_of(runs: list[dict], chain_runs: list[dict], resamples: int = 2000,
+             seed: int = 0) -> dict:
+    """Generated tokens at which the seeds' mean curve reaches chain's final mean success,
+    over chain's own, with a bootstrap 95% interval: seeds resampled on both sides, chain's
+    final re-estimated from each resample (chain's own point ratio is 1; its interval shows
+    the noise of the comparison). A
+    resample in which the strategy never reaches it counts as an infinite ratio."""
+    points = min(len(r["curve"]) for r in [*runs, *chain_runs])
+    mine = np.array([[p[:2] for p in r["curve"][:points]] for r in runs], dtype=float)
+    theirs = np.array([[p[:2] for p in r["curve"][:points]] for r in chain_runs], dtype=float)
+    target = float(theirs[:, -1, 1].mean())
+    ratio = _mean_crossing(mine, target) / _mean_crossing(theirs, target)
+    rng = np.random.default_rng(seed)
+    samples = []
+    for _ in range(resamples):
+        a = mine[rng.integers(0, len(mine), len(mine))]
+        b = theirs[rng.integers(0, len(theirs), len(theirs))]
+        final = float(b[:, -1, 1].mean())
+        samples.append(_mean_crossing(a, final) / max(_mean_crossing(b, final), 1e-9))
+    ordered = np.sort(np.asarray(samples))  # inf sorts last; percentile() would make nan
+    low, high = ordered[int(0.025 * resamples)], ordered[int(0.975 * resamples) - 1]
+    shown = (lambda x: None if not np.isfinite(x) else round(float(x), 3))
+    return {"chain_final": round(target, 4), "ratio_to_chain": shown(ratio),
+            "ci95": [shown(low), shown(high)]}
 
 
 def main() -> None:
@@ -87,6 +121,8 @@ def main() -> None:
             "tokens_to_target": row.get("tokens_to_target"),
             "tokens_to_chain_final": None if chain_final is None
             else tokens_to_reach(row["runs"], chain_final)}
+        if chain_final is not None:
+            out[strategy]["reach_chain_final"] = reach_of(row["runs"], results["chain"]["runs"])
     if "patr" in results and "chain" in results:
         patr, chain = results["patr"], results["chain"]
         out["patr_minus_chain"] = round(patr["final_success"] - chain["final_success"], 4)

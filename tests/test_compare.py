@@ -13,6 +13,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -223,8 +224,9 @@ def test_a_run_failing_beside_others_is_named_stops_new_starts_and_keeps_finishe
     with pytest.raises(ValueError, match=r"run .*chain_seed0: checkpoint .*last.pt cannot be read"):
         run_compare(config)
     runs = tmp_path / "r" / "runs"
-    assert json.loads((runs / "chain_seed1" / "summary.json").read_text())["finished"]
-    assert not (runs / "patr_seed0").exists() and not (runs / "patr_seed1").exists()
+    # seed-major order: the run beside chain's first seed is patr's first seed
+    assert json.loads((runs / "patr_seed0" / "summary.json").read_text())["finished"]
+    assert not (runs / "chain_seed1").exists() and not (runs / "patr_seed1").exists()
 
 
 def test_ctrl_c_during_side_by_side_runs_checkpoints_each_at_a_whole_step(tmp_path) -> None:
@@ -266,3 +268,15 @@ def test_a_one_seed_report_claims_no_interval(tmp_path) -> None:
     text = (tmp_path / "report.md").read_text()
     assert "| chain | 0.400 | n/a (one seed) |" in text
     assert json.loads((tmp_path / "results.json").read_text())["chain"]["ci95"] is None
+
+
+def test_runs_start_seed_major_so_a_stopped_comparison_holds_the_same_seeds_per_strategy(
+        tmp_path) -> None:
+    config = replace(_tiny_compare(tmp_path / "r"), more_seeds=(5,), more_seeds_for=("chain",))
+    started: list[str] = []
+    with mock.patch("treeroll.cli.compare._train_run",
+                    side_effect=lambda run, reporter: started.append(run.name)), \
+            mock.patch("treeroll.cli.compare._collect", return_value={}), \
+            mock.patch("treeroll.cli.compare._write_report"):
+        run_compare(config)
+    assert started == ["chain_seed0", "patr_seed0", "chain_seed1", "patr_seed1", "chain_seed5"]

@@ -231,7 +231,11 @@ def run_compare(config: CompareConfig, reporter: Reporter | None = None) -> str:
         problems.append(("--strategies", f"holds {bad_arms}; write STRATEGY or "
                                          "STRATEGY+ALLOCATOR (e.g. chain+vigor)"))
     validate(config, extra=problems)
-    arms = [(arm, seed) for arm in config.strategies for seed in seeds_of(config, arm)]
+    # seed-major: every strategy's first seed, then every strategy's second, ..., so a
+    # comparison stopped part way holds the same seeds for each strategy it reached
+    arms = sorted(((arm, seed) for arm in config.strategies for seed in seeds_of(config, arm)),
+                  key=lambda a: (seeds_of(config, a[0]).index(a[1]),
+                                 config.strategies.index(a[0])))
     runs = [_run_config(config, arm, seed) for arm, seed in arms]
     for run_config in runs:  # every run's settings, before the first one trains
         check_config(run_config)
