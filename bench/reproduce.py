@@ -103,6 +103,7 @@ FIGURES = (
     Figure("compare_hard", ("bench/compare_strategies.py", "--config",
                             "configs/compare_hard.yaml", "--copy-to", "docs/compare_hard"),
            False, 240, ("docs/compare_hard",)),
+    Figure("advantage_variance", ("bench/advantage_variance.py", "--threads", "1"), False, 20),
     Figure("allocation_quick", ("bench/allocation.py", "--quick", "--fresh"), False, 15),
     Figure("allocation", ("bench/allocation.py", "--fresh"), False, 30),
     Figure("real_model", ("bench/real_model.py",), False, 75),

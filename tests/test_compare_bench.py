@@ -1,0 +1,31 @@
+"""``bench/compare_strategies.py``'s reach of chain's final success with a bootstrap ratio."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+from compare_strategies import reach_of
+
+
+def _runs(*curves: list[tuple[float, float]]) -> list[dict]:
+    return [{"curve": [list(p) for p in c]} for c in curves]
+
+
+def test_reach_of_chain_final_interpolates_the_mean_curves_and_divides_by_chains() -> None:
+    chain = _runs([(0, 0.2), (100, 0.3), (200, 0.4)], [(0, 0.2), (100, 0.3), (200, 0.4)])
+    tree = _runs([(0, 0.2), (100, 0.6), (200, 0.6)], [(0, 0.2), (100, 0.6), (200, 0.6)])
+    out = reach_of(tree, chain)
+    assert out["chain_final"] == 0.4
+    # the tree's mean curve crosses 0.4 half way to its second evaluation: 50 tokens of 200
+    assert out["ratio_to_chain"] == 0.25
+    assert out["ci95"] == [0.25, 0.25]  # identical seeds: every resample says the same
+
+
+def test_reach_of_a_strategy_that_never_gets_there_has_no_ratio_and_an_open_interval() -> None:
+    chain = _runs([(0, 0.2), (100, 0.3), (200, 0.5)], [(0, 0.2), (100, 0.4), (200, 0.3)])
+    flat = _runs([(0, 0.2), (100, 0.2), (200, 0.25)], [(0, 0.2), (100, 0.3), (200, 0.3)])
+    out = reach_of(flat, chain, resamples=200)
+    assert out["ratio_to_chain"] is None and out["ci95"][1] is None
