@@ -82,13 +82,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     compare = load_config(args.config, CompareConfig)
-    policy = load_policy(compare.base.policy.init)
+    policy = load_policy(compare.base.policy.init or "frozenlake-tiny")
     runs = {arm: replace(_run_config(compare, arm, 0), threads=args.threads) for arm in ARMS}
     train, _ = task_pools(runs["chain"].env, runs["chain"].eval)
     tasks = [int(s) for s in train[:args.tasks]]
     chain = runs["chain"]
-    truth_config = replace(chain, strategy=replace(chain.strategy, chain=replace(
-        chain.strategy.chain, group_size=args.truth)),
+    truth_config = replace(chain, strategy=replace(  # type: ignore[call-arg]
+        chain.strategy, chain=replace(chain.strategy.chain, group_size=args.truth)),
         rollout=replace(chain.rollout, max_generated_tokens=None))
     p = np.array([g["mean"] for g in groups(truth_config, tasks, policy, seed=10_000)])
     noise = float(np.mean(p * (1 - p))) / args.truth
@@ -96,6 +96,7 @@ def main() -> None:
                               "repeats": args.repeats, "truth_chains": args.truth,
                               "p_mean": round(float(p.mean()), 4),
                               "p_var_mean": round(float(np.mean(p * (1 - p))), 4)}
+    found: dict[str, dict[str, float]] = {}
     for arm in ARMS:
         rows = [groups(runs[arm], tasks, policy, seed=r) for r in range(args.repeats)]
         means = np.array([[g["mean"] for g in row] for row in rows])  # repeats x tasks
@@ -104,20 +105,19 @@ def main() -> None:
         bias2 = max(float(np.mean((means.mean(axis=0) - p) ** 2)) - noise - spread, 0.0)
         tokens = float(np.mean([[g["tokens"] for g in row] for row in rows]))
         effective = float(np.mean(p * (1 - p))) / mse
-        out[arm] = {"mse": round(mse, 5), "bias2": round(bias2, 5),
+        found[arm] = {"mse": round(mse, 5), "bias2": round(bias2, 5),
                     "leaves": round(float(np.mean([[g["leaves"] for g in r] for r in rows])), 2),
                     "tokens": round(tokens, 1),
                     "signal": round(float(np.mean([[g["signal"] for g in r] for r in rows])), 3),
                     "effective_chains": round(effective, 2),
                     "effective_chains_per_1k_tokens": round(1000 * effective / tokens, 3)}
-        print(f"{arm}: mse {mse:.4f} (bias^2 {bias2:.4f}), {out[arm]['leaves']} leaves, "
+        print(f"{arm}: mse {mse:.4f} (bias^2 {bias2:.4f}), {found[arm]['leaves']} leaves, "
               f"{tokens:.0f} tokens, worth {effective:.1f} chains "
-              f"({out[arm]['effective_chains_per_1k_tokens']} per 1k tokens)", file=sys.stderr)
+              f"({found[arm]['effective_chains_per_1k_tokens']} per 1k tokens)", file=sys.stderr)
+    per_1k = "effective_chains_per_1k_tokens"
     for arm in ARMS[1:]:
-        mine, theirs = out[arm], out["chain"]
-        out[arm]["ratio_to_chain"] = round(  # type: ignore[index]
-            mine["effective_chains_per_1k_tokens"]  # type: ignore[index]
-            / theirs["effective_chains_per_1k_tokens"], 3)  # type: ignore[index]
+        found[arm]["ratio_to_chain"] = round(found[arm][per_1k] / found["chain"][per_1k], 3)
+    out.update(found)
     out["seconds"] = round(time.perf_counter() - start, 1)
     print(json.dumps(out))
 
