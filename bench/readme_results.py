@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from readme_trees import section as where_trees_section
 from staleness import changed_since, stale_label
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -412,6 +413,9 @@ spends (its rounds deal the same total) and ends {100 * (cf['chain+vigor']['fina
         w(f"""{', '.join(same)}: every seed ends at the same success ({', '.join(f"{fseeds[n][0]:.4f}" for n in same)}, i.e. the same count of 128
 tasks) with different tokens spent (`docs/compare_family/results.json`), hence the zero-width interval.
 """)
+
+# ---------------------------------------------------------------- where trees pay off
+w(where_trees_section(R, quote, ROOT))
 
 # ---------------------------------------------------------------- allocation
 ALLOC_ARMS = ("chain", "tree_grpo", "patr", "chain+vigor", "igrpo", "arpo")

@@ -1,0 +1,181 @@
+"""The README's *Where trees should pay off* part (issue #39), for ``bench/readme_results.py``.
+
+Every number is read from a stored figure (``docs/results/compare_hard.json``,
+``advantage_variance.json``, ``compare_budget.json``) or the report it copied
+(``docs/compare_hard/results.json``); each hypothesis's verdict is computed from them by the
+rule written in ``docs/where_trees_pay.md`` before the runs. A figure not yet made is said to
+be missing, never guessed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+TREES = ("tree_grpo", "patr")
+"""The trees the hypotheses name (H2, H3)."""
+ARMS = ("chain", "tree_grpo", "patr", "random_tree", "igrpo")
+
+
+def _interval(pair: list[float] | None) -> str:
+    return "n/a" if pair is None else f"[{pair[0]:.3f}, {pair[1]:.3f}]"
+
+
+def _ratio(entry: dict[str, Any] | None) -> str:
+    """``x0.62 [0.41, 0.95]`` from a ``reach_chain_final`` entry; ``never`` where it never
+    reaches it."""
+    if not entry or entry.get("ratio_to_chain") is None:
+        return "never (mean curve)"
+    low, high = entry["ci95"]
+    top = "never" if high is None else f"{high:.2f}"
+    return f"x{entry['ratio_to_chain']:.2f} [{'never' if low is None else f'{low:.2f}'}, {top}]"
+
+
+def _target_cell(entry: dict[str, Any]) -> str:
+    if entry["tokens"] is None:
+        return f"never ({entry['reached']} of {entry['seeds']} seeds)"
+    interval = entry.get("ci95")
+    shown = "" if interval is None else " [" + ", ".join(
+        "never" if x is None else f"{x:,.0f}" for x in interval) + "]"
+    ratio = entry.get("ratio_to_chain")
+    return f"{entry['tokens']:,.0f}{shown}" + ("" if ratio is None else f"; x{ratio[0]:.2f}")
+
+
+def verdict_h1(hard: dict[str, Any]) -> str:
+    """H1: chain's share of groups with signal <= 0.30, a tree's >= 1.5x chain's."""
+    chain = hard["chain"]["signal_groups"]
+    best = max(hard[t]["signal_groups"] for t in TREES if t in hard)
+    if chain <= 0.30 and best >= 1.5 * chain:
+        return "**supported**"
+    if best < 1.2 * chain:
+        return "**refuted**"
+    return "**partly**: " + ("chain's share is above 0.30" if chain > 0.30 else
+                             "the trees' share is between 1.2x and 1.5x chain's")
+
+
+def verdict_h2(hard: dict[str, Any]) -> str:
+    """H2: a tree ends >= 5 points above chain with separated 95% intervals."""
+    chain = hard["chain"]
+    separated = [t for t in TREES if t in hard and hard[t]["ci95"] and chain["ci95"]
+                 and hard[t]["ci95"][0] > chain["ci95"][1]]
+    if any(hard[t]["final"] - chain["final"] >= 0.05 for t in separated):
+        return "**supported**"
+    if not separated:
+        return "**refuted** (a null result: every tree's interval overlaps chain's)"
+    return "**partly**: separated from chain, by less than 5 points"
+
+
+def verdict_h3(hard: dict[str, Any]) -> str:
+    """H3: a tree reaches chain's final with <= 1/2 its tokens, the ratio's interval below 1."""
+    verdicts = []
+    for t in TREES:
+        entry = hard.get(t, {}).get("reach_chain_final") or {}
+        ratio, (_, high) = entry.get("ratio_to_chain"), entry.get("ci95") or (None, None)
+        if ratio is not None and ratio <= 0.5 and high is not None and high < 1:
+            return "**supported**"
+        verdicts.append(high is None or high >= 1)
+    return ("**refuted** (the ratio's interval holds 1 for every tree)" if all(verdicts)
+            else "**partly**: a ratio's interval lies below 1, its mean above 1/2")
+
+
+def section(results: dict[str, dict[str, Any]], quote: Callable[[str, list[str]], str],
+            root: Path) -> str:
+    """The markdown of the part: the hard comparison, the mechanism, the binding budget."""
+    parts = ["### Where trees should pay off (issue #39, rLLM convention)\n",
+             "The hypotheses, with the figure each predicts and the rule that refutes it, were "
+             "written before the runs in `docs/where_trees_pay.md`; each verdict below is "
+             "computed from the stored figure by that rule.\n"]
+    if "compare_hard" not in results:
+        parts.append("*Hard FrozenLake* (`python bench/compare_strategies.py --config "
+                     "configs/compare_hard.yaml`, H1-H3): **not measured yet** (about 3 hours "
+                     "here; resumable).\n")
+    else:
+        parts.append(_hard(results["compare_hard"]["result"], quote, root))
+    if "advantage_variance" in results:
+        parts.append(_mechanism(results["advantage_variance"]["result"], quote))
+    else:
+        parts.append("*H5, the mechanism* (`python bench/advantage_variance.py`): **not "
+                     "measured yet**.\n")
+    parts.append("*H4, a binding budget* (`configs/compare_budget.yaml`): "
+                 + ("see `docs/results/compare_budget.json`.\n" if "compare_budget" in results
+                    else "**not measured yet** (about 2 hours here).\n"))
+    return "\n".join(parts)
+
+
+def _hard(hard: dict[str, Any], quote: Callable[[str, list[str]], str], root: Path) -> str:
+    arms = [a for a in ARMS if a in hard]
+    report = json.loads((root / "docs/compare_hard/results.json").read_text())
+    targets = list(next(iter(report.values())).get("tokens_to_target", {}))
+    rows = [f"""*Hard FrozenLake* (`configs/compare_hard.yaml`): sizes 6-9 only, from
+`frozenlake-tiny`, {hard['steps']} updates of {hard['tasks_per_step']} tasks, {hard['token_budget']} generated tokens per task per step for
+every strategy (a cap), held-out success on the same {hard['eval_tasks']} tasks at every evaluation
+(greedy), 95% t-intervals over seeds; chain, Tree-GRPO and PATR on more seeds than the others.
+The report, with every seed, is `docs/compare_hard/report.md`.
+
+{quote('compare_hard', ['steps', 'token_budget', *arms])}
+
+| strategy | seeds | final held-out success | 95% interval | start | generated tokens | leaves per 1k tokens | groups with a signal | tokens to chain's final, over chain's |
+|---|---|---|---|---|---|---|---|---|"""]
+    for a in arms:
+        r = hard[a]
+        rows.append(f"| {a} | {r['seeds']} | {r['final']:.3f} | {_interval(r['ci95'])} | "
+                    f"{r['start']:.3f} | {r['generated_tokens']:,} | "
+                    f"{report[a]['leaves_per_1k_tokens']:.1f} | {r['signal_groups']:.2f} | "
+                    f"{_ratio(r.get('reach_chain_final'))} |")
+    rows += ["", "Generated tokens to reach a held-out success (mean over seeds, bootstrap "
+             "95% interval, seeds resampled; each run's crossing interpolated between its "
+             "evaluations; x: over chain's mean):", "",
+             "| strategy | " + " | ".join(f"to {t}" for t in targets) + " |",
+             "|---|" + "---|" * len(targets)]
+    for a in arms:
+        cells = [_target_cell(report[a]["tokens_to_target"][t]) for t in targets]
+        rows.append(f"| {a} | " + " | ".join(cells) + " |")
+    chain_final = (hard["chain"].get("reach_chain_final") or {}).get("chain_final")
+    rows += ["", "![held-out success vs generated tokens, hard FrozenLake]"
+             "(docs/compare_hard/success_vs_tokens.png)", "",
+             f"Chain's final success: {chain_final}. The last column reads each side's "
+             "seed-mean curve where it first reaches it, seeds resampled on both sides and "
+             "chain's final re-estimated in each resample (bootstrap 95% interval; `never`: "
+             "some resamples never reach it).", "",
+             f"- H1 (signal): chain {hard['chain']['signal_groups']:.2f}, "
+             + ", ".join(f"{t} {hard[t]['signal_groups']:.2f}" for t in TREES if t in hard)
+             + f": {verdict_h1(hard)}.",
+             "- H2 (5 points above chain, separated): "
+             + ", ".join(f"{t} {100 * (hard[t]['final'] - hard['chain']['final']):+.1f}"
+                         for t in TREES if t in hard) + f": {verdict_h2(hard)}.",
+             "- H3 (chain's final at <= 1/2 its tokens, interval below 1): "
+             + ", ".join(f"{t} {_ratio(hard[t].get('reach_chain_final'))}"
+                         for t in TREES if t in hard) + f": {verdict_h3(hard)}.", ""]
+    return "\n".join(rows)
+
+
+def _mechanism(av: dict[str, Any], quote: Callable[[str, list[str]], str]) -> str:
+    rows = [f"""*H5, the mechanism: better statistics per token?* (`python bench/advantage_variance.py`).
+A group-relative advantage is a leaf's reward minus the group's mean reward, an estimate of the
+task's value; its error is the same for every leaf of the group. On the frozen base, hard
+FrozenLake, compare_hard's budget and shapes, {av['tasks']} training-pool tasks (never held-out
+ones), {av['repeats']} groups per task and strategy, the truth from {av['truth_chains']} chains per task: the mean
+squared error of the leaf mean (the truth's own noise subtracted), its squared bias, and how
+many independent chains it is worth, per 1k generated tokens.
+
+{quote('advantage_variance', ['tasks', 'repeats', 'truth_chains', 'chain', 'tree_grpo', 'patr'])}
+
+| strategy | leaves | generated tokens | squared error | of which bias² | worth chains | per 1k tokens | over chain's |
+|---|---|---|---|---|---|---|---|"""]
+    for a in ("chain", "tree_grpo", "patr"):
+        r = av[a]
+        rows.append(f"| {a} | {r['leaves']:.1f} | {r['tokens']:.0f} | {r['mse']:.4f} | "
+                    f"{r['bias2']:.4f} | {r['effective_chains']:.1f} | "
+                    f"{r['effective_chains_per_1k_tokens']:.2f} | "
+                    f"{r.get('ratio_to_chain', 1.0):.2f} |")
+    better = [a for a in ("tree_grpo", "patr") if av[a]["ratio_to_chain"] > 1]
+    rows += ["", "Per generated token, the task-value estimate of "
+             + (f"{' and '.join(better)} is worth more independent chains than chain's own"
+                if better else "no tree is worth more independent chains than chain's own")
+             + " (a tree's leaves share prefixes, so they are not independent; PATR's "
+             "selective branching also weights promising branches more, its bias² above). "
+             "Only the task-level baseline is scored here, not the subtree baselines "
+             "Tree-GRPO adds.", ""]
+    return "\n".join(rows)
