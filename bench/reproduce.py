@@ -103,6 +103,8 @@ FIGURES = (
     Figure("compare_hard", ("bench/compare_strategies.py", "--config",
                             "configs/compare_hard.yaml", "--copy-to", "docs/compare_hard"),
            False, 240, ("docs/compare_hard",)),
+    Figure("ablations_hard", ("bench/ablations.py", "--copy-to", "docs/ablations"), False,
+           180, ("docs/ablations",)),
     Figure("advantage_variance", ("bench/advantage_variance.py", "--threads", "1"), False, 20),
     Figure("allocation_quick", ("bench/allocation.py", "--quick", "--fresh"), False, 15),
     Figure("allocation", ("bench/allocation.py", "--fresh"), False, 30),

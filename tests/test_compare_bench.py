@@ -1,4 +1,5 @@
-"""``bench/compare_strategies.py``'s reach of chain's final success with a bootstrap ratio."""
+"""``bench/compare_strategies.py``'s reach of chain's final success with a bootstrap ratio;
+``bench/ablations.py``'s variants."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
+from ablations import VARIANTS, variant_config
 from compare_strategies import reach_of
+from treeroll.cli.compare import CompareConfig, _run_config
+from treeroll.config import config_to_dict, load_config
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _runs(*curves: list[tuple[float, float]]) -> list[dict]:
@@ -29,3 +35,24 @@ def test_reach_of_a_strategy_that_never_gets_there_has_no_ratio_and_an_open_inte
     flat = _runs([(0, 0.2), (100, 0.2), (200, 0.25)], [(0, 0.2), (100, 0.3), (200, 0.3)])
     out = reach_of(flat, chain, resamples=200)
     assert out["ratio_to_chain"] is None and out["ci95"][1] is None
+
+
+def _flat(mapping: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def test_each_ablation_variant_differs_from_the_comparisons_run_in_its_one_setting() -> None:
+    base = load_config(str(ROOT / "configs" / "compare_hard.yaml"), CompareConfig)
+    for name, (strategy, change) in VARIANTS.items():
+        variant = variant_config(base, name)
+        assert variant.strategies == (strategy,) and variant.seeds == base.seeds[:3]
+        ours = _flat(config_to_dict(_run_config(variant, strategy, 1)))
+        theirs = _flat(config_to_dict(_run_config(base, strategy, 1)))
+        differ = {k for k in ours if ours[k] != theirs[k]} - {"runs_dir"}
+        assert differ == set(_flat(change)), (name, differ)
