@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -65,19 +66,25 @@ def reach_of(runs: list[dict], chain_runs: list[dict], resamples: int = 2000,
     over chain's own, with a bootstrap 95% interval: seeds resampled on both sides, chain's
     final re-estimated from each resample (chain's own point ratio is 1; its interval shows
     the noise of the comparison). A
-    resample in which the strategy never reaches it counts as an infinite ratio."""
+    resample in which the strategy never reaches it, or chain's resampled final is not above
+    its start (no ratio), counts as an infinite ratio; with chain's final not above its start
+    there is no point ratio (None)."""
     points = min(len(r["curve"]) for r in [*runs, *chain_runs])
     mine = np.array([[p[:2] for p in r["curve"][:points]] for r in runs], dtype=float)
     theirs = np.array([[p[:2] for p in r["curve"][:points]] for r in chain_runs], dtype=float)
     target = float(theirs[:, -1, 1].mean())
-    ratio = _mean_crossing(mine, target) / _mean_crossing(theirs, target)
+    reference = _mean_crossing(theirs, target)
+    # chain's final at or below its start: its curve "reaches" it at 0 tokens, no ratio
+    ratio = _mean_crossing(mine, target) / reference if reference > 0 else math.nan
     rng = np.random.default_rng(seed)
     samples = []
     for _ in range(resamples):
         a = mine[rng.integers(0, len(mine), len(mine))]
         b = theirs[rng.integers(0, len(theirs), len(theirs))]
         final = float(b[:, -1, 1].mean())
-        samples.append(_mean_crossing(a, final) / max(_mean_crossing(b, final), 1e-9))
+        theirs_at = _mean_crossing(b, final)
+        # as treeroll.cli.efficiency.ratio_to: a resample with no ratio counts as never
+        samples.append(_mean_crossing(a, final) / theirs_at if theirs_at > 0 else math.inf)
     ordered = np.sort(np.asarray(samples))  # inf sorts last; percentile() would make nan
     low, high = ordered[int(0.025 * resamples)], ordered[int(0.975 * resamples) - 1]
     shown = (lambda x: None if not np.isfinite(x) else round(float(x), 3))

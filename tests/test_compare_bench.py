@@ -56,3 +56,11 @@ def test_each_ablation_variant_differs_from_the_comparisons_run_in_its_one_setti
         theirs = _flat(config_to_dict(_run_config(base, strategy, 1)))
         differ = {k for k in ours if ours[k] != theirs[k]} - {"runs_dir"}
         assert differ == set(_flat(change)), (name, differ)
+
+
+def test_reach_of_has_no_ratio_when_chains_final_is_not_above_its_start() -> None:
+    chain = _runs([(0, 0.3), (100, 0.3), (200, 0.3)], [(0, 0.3), (100, 0.2), (200, 0.3)])
+    tree = _runs([(0, 0.3), (100, 0.4), (200, 0.5)], [(0, 0.3), (100, 0.4), (200, 0.5)])
+    out = reach_of(tree, chain, resamples=200)
+    assert out["ratio_to_chain"] is None
+    assert out["ci95"] == [None, None]  # every resample: chain reaches its final at 0 tokens
