@@ -38,6 +38,7 @@ from typing import Any
 from treeroll.cli.compare import (
     CompareConfig,
     _run_config,  # the comparison's own run settings, so a variant differs in one thing
+    _settings_changed,
     _train_side_by_side,
     run_compare,
 )
@@ -81,6 +82,10 @@ def main() -> None:
     runs = [_run_config(c, c.strategies[0], seed) for c in configs.values() for seed in c.seeds]
     for run in runs:  # every run's settings, before the first one trains
         check_config(run)
+    stale = [problem for run in runs for problem in _settings_changed(run)]
+    if stale:
+        parser.error("reports/ablations holds runs made with other settings: "
+                     + "; ".join(stale[:4]) + ". Move that folder aside first")
     todo = [r for r in runs if finished_steps(Path(r.runs_dir) / r.name) is None]
     if todo:
         _train_side_by_side(todo, base.jobs, None)

@@ -44,40 +44,52 @@ def _target_cell(entry: dict[str, Any]) -> str:
 
 
 def verdict_h1(hard: dict[str, Any]) -> str:
-    """H1: chain's share of groups with signal <= 0.30, a tree's >= 1.5x chain's."""
+    """H1: chain's share of groups with signal <= 0.30, both trees' >= 1.5x chain's; refuted
+    where the trees' share is within 1.2x of chain's."""
+    shares = [hard[t]["signal_groups"] for t in TREES if t in hard]
     chain = hard["chain"]["signal_groups"]
-    best = max(hard[t]["signal_groups"] for t in TREES if t in hard)
-    if chain <= 0.30 and best >= 1.5 * chain:
+    if chain is None or len(shares) < len(TREES) or None in shares:
+        return "**not measured** (a share of groups with signal is missing)"
+    if chain <= 0.30 and min(shares) >= 1.5 * chain and max(shares) > 0:
         return "**supported**"
-    if best < 1.2 * chain:
+    if max(shares) < 1.2 * chain or max(shares) == 0:
         return "**refuted**"
-    return "**partly**: " + ("chain's share is above 0.30" if chain > 0.30 else
-                             "the trees' share is between 1.2x and 1.5x chain's")
+    missed = ([] if chain <= 0.30 else ["chain's share is above 0.30"]) + (
+        [] if min(shares) >= 1.5 * chain else ["a tree's share is below 1.5x chain's"])
+    return "**partly**: " + "; ".join(missed)
 
 
 def verdict_h2(hard: dict[str, Any]) -> str:
-    """H2: a tree ends >= 5 points above chain with separated 95% intervals."""
+    """H2: a tree ends >= 5 points above chain with separated 95% intervals; refuted where
+    no tree's interval lies above chain's."""
     chain = hard["chain"]
-    separated = [t for t in TREES if t in hard and hard[t]["ci95"] and chain["ci95"]
-                 and hard[t]["ci95"][0] > chain["ci95"][1]]
-    if any(hard[t]["final"] - chain["final"] >= 0.05 for t in separated):
+    if chain["ci95"] is None or any(hard.get(t, {}).get("ci95") is None for t in TREES):
+        return "**not measured** (an interval is missing: one seed?)"
+    above = [t for t in TREES if hard[t]["ci95"][0] > chain["ci95"][1]]
+    if any(hard[t]["final"] - chain["final"] >= 0.05 for t in above):
         return "**supported**"
-    if not separated:
-        return "**refuted** (a null result: every tree's interval overlaps chain's)"
-    return "**partly**: separated from chain, by less than 5 points"
+    if not above:
+        below = [t for t in TREES if hard[t]["ci95"][1] < chain["ci95"][0]]
+        return ("**refuted**: " + (f"{', '.join(below)} ends below chain, intervals separated"
+                                   if below else "a null result, every tree's interval "
+                                   "overlaps chain's"))
+    return "**partly**: above chain with separated intervals, by less than 5 points"
 
 
 def verdict_h3(hard: dict[str, Any]) -> str:
-    """H3: a tree reaches chain's final with <= 1/2 its tokens, the ratio's interval below 1."""
-    verdicts = []
-    for t in TREES:
-        entry = hard.get(t, {}).get("reach_chain_final") or {}
-        ratio, (_, high) = entry.get("ratio_to_chain"), entry.get("ci95") or (None, None)
+    """H3: a tree reaches chain's final with <= 1/2 of chain's tokens, the ratio's bootstrap
+    interval below 1; refuted where every tree's interval holds 1 or lies above it."""
+    entries = [hard.get(t, {}).get("reach_chain_final") for t in TREES]
+    if any(not e for e in entries):
+        return "**not measured** (`reach_chain_final` is missing)"
+    below = False
+    for entry in entries:
+        ratio, high = entry["ratio_to_chain"], entry["ci95"][1]
         if ratio is not None and ratio <= 0.5 and high is not None and high < 1:
             return "**supported**"
-        verdicts.append(high is None or high >= 1)
-    return ("**refuted** (the ratio's interval holds 1 for every tree)" if all(verdicts)
-            else "**partly**: a ratio's interval lies below 1, its mean above 1/2")
+        below = below or (high is not None and high < 1)
+    return ("**partly**: a ratio's interval lies below 1, its point ratio above 1/2" if below
+            else "**refuted**: no tree's ratio has its interval below 1")
 
 
 def section(results: dict[str, dict[str, Any]], quote: Callable[[str, list[str]], str],
@@ -154,28 +166,50 @@ The report, with every seed, is `docs/compare_hard/report.md`.
 def _mechanism(av: dict[str, Any], quote: Callable[[str, list[str]], str]) -> str:
     rows = [f"""*H5, the mechanism: better statistics per token?* (`python bench/advantage_variance.py`).
 A group-relative advantage is a leaf's reward minus the group's mean reward, an estimate of the
-task's value; its error is the same for every leaf of the group. On the frozen base, hard
+task's value; its noise is the same for every leaf of the group. On the frozen base, hard
 FrozenLake, compare_hard's budget and shapes, {av['tasks']} training-pool tasks (never held-out
-ones), {av['repeats']} groups per task and strategy, the truth from {av['truth_chains']} chains per task: the mean
-squared error of the leaf mean (the truth's own noise subtracted), its squared bias, and how
-many independent chains it is worth, per 1k generated tokens.
+ones), {av['repeats']} groups per task and strategy: the variance of the group's leaf mean over the repeats, how
+many independent chains a group is worth (`mean p(1-p)` over that variance, `p` each task's
+success from {av['truth_chains']} chains without the cap) and that per 1k generated tokens, with its ratio to chain's
+(bootstrap 95% interval over tasks); and the squared error against `p` and its squared bias
+(which holds what the token cap cuts short and what selective branching weights).
 
 {quote('advantage_variance', ['tasks', 'repeats', 'truth_chains', 'chain', 'tree_grpo', 'patr'])}
 
-| strategy | leaves | generated tokens | squared error | of which bias² | worth chains | per 1k tokens | over chain's |
-|---|---|---|---|---|---|---|---|"""]
+| strategy | leaves | generated tokens | variance | worth chains | per 1k tokens | over chain's | squared error | of which bias² |
+|---|---|---|---|---|---|---|---|---|"""]
     for a in ("chain", "tree_grpo", "patr"):
         r = av[a]
-        rows.append(f"| {a} | {r['leaves']:.1f} | {r['tokens']:.0f} | {r['mse']:.4f} | "
-                    f"{r['bias2']:.4f} | {r['effective_chains']:.1f} | "
-                    f"{r['effective_chains_per_1k_tokens']:.2f} | "
-                    f"{r.get('ratio_to_chain', 1.0):.2f} |")
-    better = [a for a in ("tree_grpo", "patr") if av[a]["ratio_to_chain"] > 1]
-    rows += ["", "Per generated token, the task-value estimate of "
-             + (f"{' and '.join(better)} is worth more independent chains than chain's own"
-                if better else "no tree is worth more independent chains than chain's own")
-             + " (a tree's leaves share prefixes, so they are not independent; PATR's "
-             "selective branching also weights promising branches more, its bias² above). "
-             "Only the task-level baseline is scored here, not the subtree baselines "
-             "Tree-GRPO adds.", ""]
+        over = "1" if a == "chain" else (
+            "n/a" if r.get("ratio_to_chain") is None else f"{r['ratio_to_chain']:.2f} "
+            + _interval_text(r.get("ratio_ci95")))
+        worth = "n/a" if r["effective_chains"] is None else f"{r['effective_chains']:.1f}"
+        per_1k = ("n/a" if r["effective_chains_per_1k_tokens"] is None
+                  else f"{r['effective_chains_per_1k_tokens']:.2f}")
+        rows.append(f"| {a} | {r['leaves']:.1f} | {r['tokens']:.0f} | {r['variance']:.4f} | "
+                    f"{worth} | {per_1k} | {over} | {r['mse']:.4f} | {r['bias2']:.4f} |")
+    rows += ["", f"- H5 (better statistics per token): {verdict_h5(av)}. Only the task-level "
+             "baseline is scored here, not the subtree baselines Tree-GRPO adds; a tree's "
+             "leaves share prefixes, so they are not independent.", ""]
     return "\n".join(rows)
+
+
+def _interval_text(pair: list[float | None] | None) -> str:
+    if not pair:
+        return ""
+    return "[" + ", ".join("n/a" if x is None else f"{x:.2f}" for x in pair) + "]"
+
+
+def verdict_h5(av: dict[str, Any]) -> str:
+    """H5's statistics part: a tree's effective chains per 1k tokens over chain's, supported
+    where its bootstrap interval lies above 1, refuted where every tree's lies below 1."""
+    intervals = {t: av[t].get("ratio_ci95") for t in TREES if t in av}
+    if any(not i or None in i for i in intervals.values()) or len(intervals) < len(TREES):
+        return "**not measured** (an interval is missing)"
+    above = [t for t, (low, _) in intervals.items() if low > 1]
+    below = [t for t, (_, high) in intervals.items() if high < 1]
+    if above:
+        return f"**supported** for {', '.join(above)}"
+    if len(below) == len(TREES):
+        return "**refuted**: every tree's group is worth fewer chains per token than chain's"
+    return "**not shown**: an interval holds 1"
