@@ -114,7 +114,7 @@ def test_changing_a_dependency_labels_exactly_that_figure_and_the_check_needs_th
     listing = run(sys.executable, "bench/reproduce.py", "--list", cwd=clone).stdout
     line = next(row for row in listing.splitlines() if row.startswith(FIGURE))
     assert " stale " in line and script in line and " min on " in line
-    assert all((" current " in row or " stale " in row or " dirty " in row)
+    assert all(any(f" {state} " in row for state in ("current", "stale", "dirty", "never run"))
                for row in listing.splitlines()[:-1])
 
 
