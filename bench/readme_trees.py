@@ -23,6 +23,10 @@ def _interval(pair: list[float] | None) -> str:
     return "n/a" if pair is None else f"[{pair[0]:.3f}, {pair[1]:.3f}]"
 
 
+def _share(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
 def _ratio(entry: dict[str, Any] | None) -> str:
     """``x0.62 [0.41, 0.95]`` from a ``reach_chain_final`` entry; ``never`` where it never
     reaches it."""
@@ -104,29 +108,71 @@ def section(results: dict[str, dict[str, Any]], quote: Callable[[str, list[str]]
                      "configs/compare_hard.yaml`, H1-H3): **not measured yet** (about 3 hours "
                      "here; resumable).\n")
     else:
-        parts.append(_hard(results["compare_hard"]["result"], quote, root))
+        hard = results["compare_hard"]["result"]
+        parts.append(_table(hard, quote, root, "compare_hard", HARD_WORDS) + "\n" + "\n".join([
+            f"- H1 (signal): chain {_share(hard['chain']['signal_groups'])}, "
+            + ", ".join(f"{t} {_share(hard[t]['signal_groups'])}" for t in TREES if t in hard)
+            + f": {verdict_h1(hard)}.",
+            "- H2 (5 points above chain, separated): "
+            + ", ".join(f"{t} {100 * (hard[t]['final'] - hard['chain']['final']):+.1f}"
+                        for t in TREES if t in hard) + f": {verdict_h2(hard)}.",
+            "- H3 (chain's final at <= 1/2 its tokens, interval below 1): "
+            + ", ".join(f"{t} {_ratio(hard[t].get('reach_chain_final'))}"
+                        for t in TREES if t in hard) + f": {verdict_h3(hard)}.", ""]))
     if "advantage_variance" in results:
         parts.append(_mechanism(results["advantage_variance"]["result"], quote))
     else:
         parts.append("*H5, the mechanism* (`python bench/advantage_variance.py`): **not "
                      "measured yet**.\n")
-    parts.append("*H4, a binding budget* (`configs/compare_budget.yaml`): "
-                 + ("see `docs/results/compare_budget.json`.\n" if "compare_budget" in results
-                    else "**not measured yet** (about 2 hours here).\n"))
+    if "compare_budget" not in results:
+        parts.append("*H4, a binding budget* (`python bench/compare_strategies.py --config "
+                     "configs/compare_budget.yaml`): **not measured yet** (about 2 hours "
+                     "here; resumable).\n")
+    else:
+        budget = results["compare_budget"]["result"]
+        unbound = results.get("compare_strategies", {}).get("result")
+        parts.append(_table(budget, quote, root, "compare_budget", BUDGET_WORDS)
+                     + f"\n- H4 (the trees' lead grows when the budget binds): "
+                     f"{verdict_h4(budget, unbound)}.\n")
     return "\n".join(parts)
 
 
-def _hard(hard: dict[str, Any], quote: Callable[[str, list[str]], str], root: Path) -> str:
+HARD_WORDS = ("*Hard FrozenLake* (`configs/compare_hard.yaml`): sizes 6-9 only, from "
+              "`frozenlake-tiny`")
+BUDGET_WORDS = ("*H4, a binding budget* (`configs/compare_budget.yaml`): sizes 2-9 as the "
+                "first comparison, from `frozenlake-tiny`")
+
+
+def verdict_h4(budget: dict[str, Any], unbound: dict[str, Any] | None) -> str:
+    """H4: each tree's final minus chain's is larger under the binding budget than in the
+    unconstrained comparison (``compare_strategies``); refuted where it is no larger."""
+    if unbound is None or any(t not in unbound or t not in budget for t in TREES):
+        return "**not measured** (a comparison is missing)"
+    grew = {t: (budget[t]["final"] - budget["chain"]["final"])
+            - (unbound[t]["final"] - unbound["chain"]["final"]) for t in TREES}
+    shown = ", ".join(f"{t} {100 * (budget[t]['final'] - budget['chain']['final']):+.1f} "
+                      f"against {100 * (unbound[t]['final'] - unbound['chain']['final']):+.1f}"
+                      for t in TREES)
+    if all(g > 0 for g in grew.values()):
+        return f"**supported** ({shown} points)"
+    if not any(g > 0 for g in grew.values()):
+        return f"**refuted** ({shown} points)"
+    return f"**partly**: for {', '.join(t for t, g in grew.items() if g > 0)} ({shown} points)"
+
+
+def _table(hard: dict[str, Any], quote: Callable[[str, list[str]], str], root: Path,
+           name: str, words: str) -> str:
+    """A comparison's settings, quoted line, final-success and tokens-to-target tables, and
+    its curves."""
     arms = [a for a in ARMS if a in hard]
-    report = json.loads((root / "docs/compare_hard/results.json").read_text())
+    report = json.loads((root / f"docs/{name}/results.json").read_text())
     targets = list(next(iter(report.values())).get("tokens_to_target", {}))
-    rows = [f"""*Hard FrozenLake* (`configs/compare_hard.yaml`): sizes 6-9 only, from
-`frozenlake-tiny`, {hard['steps']} updates of {hard['tasks_per_step']} tasks, {hard['token_budget']} generated tokens per task per step for
+    rows = [f"""{words}, {hard['steps']} updates of {hard['tasks_per_step']} tasks, {hard['token_budget']} generated tokens per task per step for
 every strategy (a cap), held-out success on the same {hard['eval_tasks']} tasks at every evaluation
 (greedy), 95% t-intervals over seeds; chain, Tree-GRPO and PATR on more seeds than the others.
-The report, with every seed, is `docs/compare_hard/report.md`.
+The report, with every seed, is `docs/{name}/report.md`.
 
-{quote('compare_hard', ['steps', 'token_budget', *arms])}
+{quote(name, ['steps', 'token_budget', *arms])}
 
 | strategy | seeds | final held-out success | 95% interval | start | generated tokens | leaves per 1k tokens | groups with a signal | tokens to chain's final, over chain's |
 |---|---|---|---|---|---|---|---|---|"""]
@@ -134,7 +180,7 @@ The report, with every seed, is `docs/compare_hard/report.md`.
         r = hard[a]
         rows.append(f"| {a} | {r['seeds']} | {r['final']:.3f} | {_interval(r['ci95'])} | "
                     f"{r['start']:.3f} | {r['generated_tokens']:,} | "
-                    f"{report[a]['leaves_per_1k_tokens']:.1f} | {r['signal_groups']:.2f} | "
+                    f"{report[a]['leaves_per_1k_tokens']:.1f} | {_share(r['signal_groups'])} | "
                     f"{_ratio(r.get('reach_chain_final'))} |")
     rows += ["", "Generated tokens to reach a held-out success (mean over seeds, bootstrap "
              "95% interval, seeds resampled; each run's crossing interpolated between its "
@@ -145,21 +191,12 @@ The report, with every seed, is `docs/compare_hard/report.md`.
         cells = [_target_cell(report[a]["tokens_to_target"][t]) for t in targets]
         rows.append(f"| {a} | " + " | ".join(cells) + " |")
     chain_final = (hard["chain"].get("reach_chain_final") or {}).get("chain_final")
-    rows += ["", "![held-out success vs generated tokens, hard FrozenLake]"
-             "(docs/compare_hard/success_vs_tokens.png)", "",
+    rows += ["", f"![held-out success vs generated tokens, {name}]"
+             f"(docs/{name}/success_vs_tokens.png)", "",
              f"Chain's final success: {chain_final}. The last column reads each side's "
              "seed-mean curve where it first reaches it, seeds resampled on both sides and "
              "chain's final re-estimated in each resample (bootstrap 95% interval; `never`: "
-             "some resamples never reach it).", "",
-             f"- H1 (signal): chain {hard['chain']['signal_groups']:.2f}, "
-             + ", ".join(f"{t} {hard[t]['signal_groups']:.2f}" for t in TREES if t in hard)
-             + f": {verdict_h1(hard)}.",
-             "- H2 (5 points above chain, separated): "
-             + ", ".join(f"{t} {100 * (hard[t]['final'] - hard['chain']['final']):+.1f}"
-                         for t in TREES if t in hard) + f": {verdict_h2(hard)}.",
-             "- H3 (chain's final at <= 1/2 its tokens, interval below 1): "
-             + ", ".join(f"{t} {_ratio(hard[t].get('reach_chain_final'))}"
-                         for t in TREES if t in hard) + f": {verdict_h3(hard)}.", ""]
+             "some resamples never reach it).", ""]
     return "\n".join(rows)
 
 
