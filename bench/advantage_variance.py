@@ -8,7 +8,8 @@ FrozenLake, 512 generated tokens per task), on the frozen shipped base ``frozenl
 
 * ``truth``: each task's success probability ``p`` from ``--truth`` independent chains;
 * per strategy, ``--repeats`` groups per task (different sampling seeds): the group's
-  equal-weight leaf mean ``b``, its generated tokens, its leaves, whether its rewards differ;
+  equal-weight leaf mean ``b``, its generated tokens, its leaves, whether its rewards differ,
+  and the share of its leaves the token cap ended (``cut_by_budget``: unrewarded);
 * ``variance``: the variance of ``b`` over the repeats, averaged over tasks: the noise the
   baseline puts into every advantage of the group;
 * ``effective_chains``: ``mean p(1-p) / variance``, the number of independent chains whose
@@ -66,8 +67,11 @@ def groups(config: object, tasks: list[int], policy: object, seed: int) -> list[
                     allocator=parts.allocator(), seed=seed)
     out = []
     for tree in batch.trees:
-        rewards = [trajectory_reward(leaf) for leaf in leaves(tree)]
+        ends = leaves(tree)
+        rewards = [trajectory_reward(leaf) for leaf in ends]
         out.append({"mean": float(np.mean(rewards)) if rewards else 0.0,
+                    "cut": float(np.mean([leaf.status == "budget" for leaf in ends]))
+                    if ends else 0.0,
                     "tokens": sum(len(n.action_ids) for n in tree.nodes),
                     "leaves": len(rewards), "signal": len(set(rewards)) > 1})
     return out
@@ -150,6 +154,8 @@ def main() -> None:
                       "leaves": round(float(np.mean([[g["leaves"] for g in r] for r in rows])), 2),
                       "tokens": round(float(tokens_of[arm].mean()), 1),
                       "signal": round(float(np.mean([[g["signal"] for g in r] for r in rows])), 3),
+                      "cut_by_budget": round(float(np.mean([[g["cut"] for g in r] for r in rows])),
+                                             3),
                       "effective_chains": _shown(effective[0], 2),
                       "effective_chains_per_1k_tokens": _shown(effective[1], 3)}
         print(f"{arm}: variance {found[arm]['variance']}, squared error {mse:.4f} (bias^2 "

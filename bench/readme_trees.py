@@ -213,8 +213,8 @@ success from {av['truth_chains']} chains without the cap) and that per 1k genera
 
 {quote('advantage_variance', ['tasks', 'repeats', 'truth_chains', 'chain', 'tree_grpo', 'patr'])}
 
-| strategy | leaves | generated tokens | variance | worth chains | per 1k tokens | over chain's | squared error | of which bias² |
-|---|---|---|---|---|---|---|---|---|"""]
+| strategy | leaves | cut by the cap | generated tokens | variance | worth chains | per 1k tokens | over chain's | squared error | of which bias² |
+|---|---|---|---|---|---|---|---|---|---|"""]
     for a in ("chain", "tree_grpo", "patr"):
         r = av[a]
         over = "1" if a == "chain" else (
@@ -223,11 +223,22 @@ success from {av['truth_chains']} chains without the cap) and that per 1k genera
         worth = "n/a" if r["effective_chains"] is None else f"{r['effective_chains']:.1f}"
         per_1k = ("n/a" if r["effective_chains_per_1k_tokens"] is None
                   else f"{r['effective_chains_per_1k_tokens']:.2f}")
-        rows.append(f"| {a} | {r['leaves']:.1f} | {r['tokens']:.0f} | {r['variance']:.4f} | "
+        cut = "n/a" if r.get("cut_by_budget") is None else f"{r['cut_by_budget']:.0%}"
+        rows.append(f"| {a} | {r['leaves']:.1f} | {cut} | {r['tokens']:.0f} | {r['variance']:.4f} | "
                     f"{worth} | {per_1k} | {over} | {r['mse']:.4f} | {r['bias2']:.4f} |")
+    errors = ", ".join(f"{a} {av[a]['mse']:.4f} ({av[a]['bias2'] / av[a]['mse']:.0%} of it "
+                       "bias)" for a in ("chain", "tree_grpo", "patr") if av[a]["mse"] > 0)
+    lower = [t for t in TREES if av[t]["mse"] < av["chain"]["mse"]]
     rows += ["", f"- H5 (better statistics per token): {verdict_h5(av)}. Only the task-level "
              "baseline is scored here, not the subtree baselines Tree-GRPO adds; a tree's "
-             "leaves share prefixes, so they are not independent.", ""]
+             "leaves share prefixes, so they are not independent.",
+             f"- Against each task's success without the cap, the squared error of a group's "
+             f"leaf mean is {errors}: "
+             + (f"lower for {', '.join(lower)} than for chain, through the bias: a chain "
+                "group's mean is steady because the cap cuts many of its leaves short and "
+                "they fail alike (the share cut by the cap, above), not because it estimates "
+                "the task's value well." if lower else
+                "no lower for the trees than for chain."), ""]
     return "\n".join(rows)
 
 
