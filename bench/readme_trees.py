@@ -190,13 +190,16 @@ The report, with every seed, is `docs/{name}/report.md`.
     for a in arms:
         cells = [_target_cell(report[a]["tokens_to_target"][t]) for t in targets]
         rows.append(f"| {a} | " + " | ".join(cells) + " |")
+    cpu_hours = sum(report[a]["wall_seconds"] * len(report[a]["runs"]) for a in arms) / 3600
     chain_final = (hard["chain"].get("reach_chain_final") or {}).get("chain_final")
     rows += ["", f"![held-out success vs generated tokens, {name}]"
              f"(docs/{name}/success_vs_tokens.png)", "",
              f"Chain's final success: {chain_final}. The last column reads each side's "
              "seed-mean curve where it first reaches it, seeds resampled on both sides and "
              "chain's final re-estimated in each resample (bootstrap 95% interval; `never`: "
-             "some resamples never reach it).", ""]
+             "some resamples never reach it). Cost: "
+             f"{sum(len(report[a]['runs']) for a in arms)} runs, {cpu_hours:.1f} CPU-hours (the "
+             "runs' own wall times, one thread each, two at a time on the 2 cores).", ""]
     return "\n".join(rows)
 
 
