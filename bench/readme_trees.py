@@ -104,9 +104,7 @@ def section(results: dict[str, dict[str, Any]], quote: Callable[[str, list[str]]
              "written before the runs in `docs/where_trees_pay.md`; each verdict below is "
              "computed from the stored figure by that rule.\n"]
     if "compare_hard" not in results:
-        parts.append("*Hard FrozenLake* (`python bench/compare_strategies.py --config "
-                     "configs/compare_hard.yaml`, H1-H3): **not measured yet** (about 3 hours "
-                     "here; resumable).\n")
+        parts.append(_missing("*Hard FrozenLake*", "compare_hard", "H1-H3, about 4 hours"))
     else:
         hard = results["compare_hard"]["result"]
         parts.append(_table(hard, quote, root, "compare_hard", HARD_WORDS) + "\n" + "\n".join([
@@ -125,9 +123,7 @@ def section(results: dict[str, dict[str, Any]], quote: Callable[[str, list[str]]
         parts.append("*H5, the mechanism* (`python bench/advantage_variance.py`): **not "
                      "measured yet**.\n")
     if "compare_budget" not in results:
-        parts.append("*H4, a binding budget* (`python bench/compare_strategies.py --config "
-                     "configs/compare_budget.yaml`): **not measured yet** (about 2 hours "
-                     "here; resumable).\n")
+        parts.append(_missing("*H4, a binding budget*", "compare_budget", "about 90 minutes"))
     else:
         budget = results["compare_budget"]["result"]
         unbound = results.get("compare_strategies", {}).get("result")
@@ -135,6 +131,11 @@ def section(results: dict[str, dict[str, Any]], quote: Callable[[str, list[str]]
                      + f"\n- H4 (the trees' lead grows when the budget binds): "
                      f"{verdict_h4(budget, unbound)}.\n")
     return "\n".join(parts)
+
+
+def _missing(title: str, config: str, cost: str) -> str:
+    return (f"{title} (`python bench/compare_strategies.py --config configs/{config}.yaml`): "
+            f"**not measured yet** ({cost} here; resumable).\n")
 
 
 HARD_WORDS = ("*Hard FrozenLake* (`configs/compare_hard.yaml`): sizes 6-9 only, from "
