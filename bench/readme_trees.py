@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from treeroll.cli.efficiency import target_section
+
 TREES = ("tree_grpo", "patr")
 """The trees the hypotheses name (H2, H3)."""
 ARMS = ("chain", "tree_grpo", "patr", "random_tree", "igrpo")
@@ -35,16 +37,6 @@ def _ratio(entry: dict[str, Any] | None) -> str:
     low, high = entry["ci95"]
     top = "never" if high is None else f"{high:.2f}"
     return f"x{entry['ratio_to_chain']:.2f} [{'never' if low is None else f'{low:.2f}'}, {top}]"
-
-
-def _target_cell(entry: dict[str, Any]) -> str:
-    if entry["tokens"] is None:
-        return f"never ({entry['reached']} of {entry['seeds']} seeds)"
-    interval = entry.get("ci95")
-    shown = "" if interval is None else " [" + ", ".join(
-        "never" if x is None else f"{x:,.0f}" for x in interval) + "]"
-    ratio = entry.get("ratio_to_chain")
-    return f"{entry['tokens']:,.0f}{shown}" + ("" if ratio is None else f"; x{ratio[0]:.2f}")
 
 
 def verdict_h1(hard: dict[str, Any]) -> str:
@@ -183,14 +175,9 @@ The report, with every seed, is `docs/{name}/report.md`.
                     f"{r['start']:.3f} | {r['generated_tokens']:,} | "
                     f"{report[a]['leaves_per_1k_tokens']:.1f} | {_share(r['signal_groups'])} | "
                     f"{_ratio(r.get('reach_chain_final'))} |")
-    rows += ["", "Generated tokens to reach a held-out success (mean over seeds, bootstrap "
-             "95% interval, seeds resampled; each run's crossing interpolated between its "
-             "evaluations; x: over chain's mean):", "",
-             "| strategy | " + " | ".join(f"to {t}" for t in targets) + " |",
-             "|---|" + "---|" * len(targets)]
-    for a in arms:
-        cells = [_target_cell(report[a]["tokens_to_target"][t]) for t in targets]
-        rows.append(f"| {a} | " + " | ".join(cells) + " |")
+    # the report's own tokens-to-target table, from its runs (treeroll.cli.efficiency)
+    lines, _ = target_section({a: report[a]["runs"] for a in arms}, [float(t) for t in targets])
+    rows += ["", "Generated tokens to reach a held-out success. " + lines[3], ""] + lines[5:]
     cpu_hours = sum(report[a]["wall_seconds"] * len(report[a]["runs"]) for a in arms) / 3600
     chain_final = (hard["chain"].get("reach_chain_final") or {}).get("chain_final")
     rows += ["", f"![held-out success vs generated tokens, {name}]"

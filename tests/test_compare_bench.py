@@ -12,6 +12,7 @@ from ablations import VARIANTS, variant_config
 from compare_strategies import reach_of
 from treeroll.cli.compare import CompareConfig, _run_config
 from treeroll.config import config_to_dict, load_config
+from treeroll.training.runfolder import config_differences
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,14 +38,9 @@ def test_reach_of_a_strategy_that_never_gets_there_has_no_ratio_and_an_open_inte
     assert out["ratio_to_chain"] is None and out["ci95"][1] is None
 
 
-def _flat(mapping: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in mapping.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
+def _dotted(change: dict, prefix: str = "") -> set[str]:
+    return set().union(*(_dotted(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k}
+                         for k, v in change.items()))
 
 
 def test_each_ablation_variant_differs_from_the_comparisons_run_in_its_one_setting() -> None:
@@ -52,10 +48,10 @@ def test_each_ablation_variant_differs_from_the_comparisons_run_in_its_one_setti
     for name, (strategy, change) in VARIANTS.items():
         variant = variant_config(base, name)
         assert variant.strategies == (strategy,) and variant.seeds == base.seeds[:3]
-        ours = _flat(config_to_dict(_run_config(variant, strategy, 1)))
-        theirs = _flat(config_to_dict(_run_config(base, strategy, 1)))
-        differ = {k for k in ours if ours[k] != theirs[k]} - {"runs_dir"}
-        assert differ == set(_flat(change)), (name, differ)
+        differ = {key for key, _, _ in config_differences(
+            config_to_dict(_run_config(base, strategy, 1)),
+            config_to_dict(_run_config(variant, strategy, 1)), ("runs_dir",))}
+        assert differ == _dotted(change), (name, differ)
 
 
 def test_reach_of_has_no_ratio_when_chains_final_is_not_above_its_start() -> None:
