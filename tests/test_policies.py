@@ -94,8 +94,9 @@ def test_eval_on_a_folder_without_weights_exits_2_before_loading(tmp_path: Path)
     result = subprocess.run([sys.executable, "-m", "treeroll.cli", "eval", "--policy",
                              str(folder), "--tasks", "2"], cwd=ROOT, capture_output=True,
                             text=True, timeout=300)
-    assert result.returncode == 2 and "no weights" in result.stderr
-    assert "Traceback" not in result.stderr
+    said = " ".join(result.stderr.split())  # the console wraps long lines (the tmp path's length)
+    assert result.returncode == 2 and "no weights" in said
+    assert "Traceback" not in said
 
 
 def test_run_folder_resolves_to_its_exported_policy_or_says_it_has_none(tmp_path: Path) -> None:
