@@ -174,7 +174,8 @@ The report, with every seed, is `docs/{name}/report.md`.
         rows.append(f"| {a} | {r['seeds']} | {r['final']:.3f} | {_interval(r['ci95'])} | "
                     f"{r['start']:.3f} | {r['generated_tokens']:,} | "
                     f"{report[a]['leaves_per_1k_tokens']:.1f} | {_share(r['signal_groups'])} | "
-                    f"{_ratio(r.get('reach_chain_final'))} |")
+                    f"{'1 (the reference)' if a == 'chain' else _ratio(r.get('reach_chain_final'))}"
+                    " |")
     # the report's own tokens-to-target table, from its runs (treeroll.cli.efficiency)
     lines, _ = target_section({a: report[a]["runs"] for a in arms}, [float(t) for t in targets])
     rows += ["", "Generated tokens to reach a held-out success. " + lines[3], ""] + lines[5:]
@@ -187,8 +188,46 @@ The report, with every seed, is `docs/{name}/report.md`.
              "chain's final re-estimated in each resample (bootstrap 95% interval; `never`: "
              "some resamples never reach it). Cost: "
              f"{sum(len(report[a]['runs']) for a in arms)} runs, {cpu_hours:.1f} CPU-hours (the "
-             "runs' own wall times, one thread each, two at a time on the 2 cores).", ""]
+             "runs' own wall times, one thread each, two at a time on the 2 cores).", "",
+             *[f"- {line}" for line in [collapsed_runs(report, arms), scorer_line(hard)] if line],
+             ""]
     return "\n".join(rows)
+
+
+def collapsed_runs(report: dict[str, Any], arms: list[str]) -> str:
+    """The runs that ended below their own start (a collapse, which a mean over seeds hides),
+    each with its best evaluation; empty when none did."""
+    found = []
+    for a in arms:
+        for i, run in enumerate(report[a]["runs"]):
+            if run["final_success"] < run["start_success"]:
+                best = max(s for _, s in run["curve"])
+                found.append(f"{a}'s run {i + 1} of {len(report[a]['runs'])} (from "
+                             f"{run['start_success']:.3f} up to {best:.3f}, then down to "
+                             f"{run['final_success']:.3f})")
+    if not found:
+        return ""
+    return ("Runs that ended below their own start: " + "; ".join(found) + ". Such a run, "
+            "not its strategy's other seeds, is what widens that strategy's interval (every "
+            "seed's final is in the report).")
+
+
+def scorer_line(hard: dict[str, Any]) -> str:
+    """PATR against random_tree (PATR's shape with random scores: the scorer's ablation),
+    by their 95% intervals; empty when either is missing."""
+    if "patr" not in hard or "random_tree" not in hard:
+        return ""
+    patr, rand = hard["patr"], hard["random_tree"]
+    if patr["ci95"][0] > rand["ci95"][1]:
+        said = "the process scorer adds to PATR's shape"
+    elif rand["ci95"][0] > patr["ci95"][1]:
+        said = "the process scorer does worse than random scores on PATR's shape"
+    else:
+        said = ("the intervals overlap, so the scorer adds nothing measurable here and what "
+                "PATR gains over chain comes from its tree, not from where it branches")
+    return (f"The scorer's ablation: random_tree (PATR's tree with random scores) "
+            f"{rand['final']:.3f} {_interval(rand['ci95'])}, PATR {patr['final']:.3f} "
+            f"{_interval(patr['ci95'])}: {said}.")
 
 
 def _mechanism(av: dict[str, Any], quote: Callable[[str, list[str]], str]) -> str:

@@ -7,7 +7,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
-from readme_trees import verdict_h1, verdict_h2, verdict_h3, verdict_h4, verdict_h5
+from readme_trees import (
+    collapsed_runs,
+    scorer_line,
+    verdict_h1,
+    verdict_h2,
+    verdict_h3,
+    verdict_h4,
+    verdict_h5,
+)
 
 
 def _arm(final: float = 0.4, ci: tuple[float, float] | None = (0.35, 0.45),
@@ -75,3 +83,27 @@ def test_h5_reads_the_interval_of_effective_chains_per_token_against_one() -> No
     assert verdict_h5(av((1.1, 2.0), (0.5, 1.5))) == "**supported** for tree_grpo"
     assert verdict_h5(av((0.1, 0.5), (0.2, 0.9))).startswith("**refuted**")
     assert verdict_h5(av((0.1, 0.5), (0.5, 1.5))).startswith("**not shown**")
+
+
+def _run(start: float, final: float, best: float) -> dict:
+    return {"start_success": start, "final_success": final,
+            "curve": [[0.0, start], [100.0, best], [200.0, final]]}
+
+
+def test_collapsed_runs_names_only_the_runs_that_end_below_their_start() -> None:
+    report = {"chain": {"runs": [_run(0.3, 0.4, 0.4), _run(0.3, 0.35, 0.36)]},
+              "tree_grpo": {"runs": [_run(0.3, 0.5, 0.5), _run(0.32, 0.1, 0.52)]}}
+    line = collapsed_runs(report, ["chain", "tree_grpo"])
+    assert "tree_grpo's run 2 of 2 (from 0.320 up to 0.520, then down to 0.100)" in line
+    assert "chain" not in line.split(":")[1]
+    assert collapsed_runs({"chain": {"runs": [_run(0.3, 0.4, 0.4)]}}, ["chain"]) == ""
+
+
+def test_scorer_line_judges_patr_against_random_tree_by_their_intervals() -> None:
+    overlap = scorer_line({"patr": _arm(ci=(0.45, 0.55)), "random_tree": _arm(ci=(0.5, 0.6))})
+    assert "adds nothing measurable" in overlap
+    above = scorer_line({"patr": _arm(ci=(0.61, 0.7)), "random_tree": _arm(ci=(0.5, 0.6))})
+    assert "the process scorer adds to PATR's shape" in above
+    below = scorer_line({"patr": _arm(ci=(0.3, 0.4)), "random_tree": _arm(ci=(0.5, 0.6))})
+    assert "does worse than random scores" in below
+    assert scorer_line({"patr": _arm()}) == ""
