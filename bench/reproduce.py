@@ -19,10 +19,12 @@ its commit; ``bench/readme_results.py`` then labels it so in the README, and
 ``--stale`` runs in a git worktree of the commit (``.remake/<commit>/``, ignored by git), so
 the main checkout can change meanwhile; each figure's result and output folders are copied
 back into this checkout's ``docs/`` as soon as it ends, and a line per figure is appended to
-``docs/results/_remakes.jsonl``. It is resumable: run it again after an interrupt and it
-remakes only what is still stale at that commit. No figure reads another's output, so the
-dependency order is the order of ``FIGURES``: the quick ones first, so a failure in shared
-code shows in minutes rather than after the long comparisons.
+``docs/results/_remakes.jsonl``; the run folders the figures wrote under the worktree's
+``reports/`` are moved to ``reports/remade/<commit>/`` before the worktree is removed. It is
+resumable: run it again after an interrupt and it remakes only what is still stale at that
+commit. No figure reads another's output, so the dependency order is the order of
+``FIGURES``: the quick ones first, so a failure in shared code shows in minutes rather than
+after the long comparisons.
 
 ``--quick``, ``--full`` and ``--only`` run in this checkout: commit the code first, a figure
 measured on uncommitted code is recorded as ``dirty`` and the test refuses it. The commands
@@ -270,8 +272,27 @@ def remake_stale(at: str, figures: list[Figure]) -> dict:
                                   "outputs": list(figure.outputs)}) + "\n")
         print(f"  {record['seconds']:.0f} s -> docs/results/{figure.name}.json", file=sys.stderr,
               flush=True)
+    kept = keep_runs(worktree / "reports", ROOT / "reports" / "remade" / commit[:12])
+    if kept:
+        print(f"  the run folders it wrote: {kept}", file=sys.stderr, flush=True)
     git("worktree", "remove", "--force", str(worktree))
     return done
+
+
+def keep_runs(reports: Path, into: Path) -> Path | None:
+    """Move a worktree's ``reports/`` (the figures' run folders: metrics, checkpoints, trees)
+    to ``into`` before the worktree is removed, so what the remake trained is not lost with it
+    (the figure keeps only its summary). Entries already in ``into`` are left as they are and
+    the new ones land beside them, suffixed. Returns ``into``, or None when there was nothing."""
+    if not reports.is_dir() or not any(reports.iterdir()):
+        return None
+    into.mkdir(parents=True, exist_ok=True)
+    for entry in sorted(reports.iterdir()):
+        target, n = into / entry.name, 1
+        while target.exists():
+            target, n = into / f"{entry.name}.{n}", n + 1
+        shutil.move(str(entry), str(target))
+    return into
 
 
 def main(argv: list[str] | None = None) -> None:

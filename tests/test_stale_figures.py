@@ -142,3 +142,18 @@ def test_reproduce_stale_remakes_only_stale_figures_in_a_worktree(clone: Path) -
     again = run(sys.executable, "bench/reproduce.py", "--stale", "--only", FIGURE, cwd=clone)
     assert json.loads(again.stdout.strip().splitlines()[-1])["figures"] == {}, \
         "a second run finds nothing stale: resumable"
+
+
+def test_keep_runs_moves_a_worktrees_run_folders_and_never_overwrites(tmp_path: Path) -> None:
+    from reproduce import keep_runs
+
+    reports, into = tmp_path / "worktree" / "reports", tmp_path / "kept"
+    assert keep_runs(reports, into) is None, "no reports/: nothing kept"
+    (reports / "compare_hard" / "runs" / "chain_seed0").mkdir(parents=True)
+    (reports / "compare_hard" / "runs" / "chain_seed0" / "metrics.jsonl").write_text("{}\n")
+    (into / "compare_hard").mkdir(parents=True)
+    (into / "compare_hard" / "earlier.txt").write_text("kept from before\n")
+    assert keep_runs(reports, into) == into
+    assert (into / "compare_hard" / "earlier.txt").read_text() == "kept from before\n"
+    moved = into / "compare_hard.1" / "runs" / "chain_seed0" / "metrics.jsonl"
+    assert moved.read_text() == "{}\n" and not (reports / "compare_hard").exists()
