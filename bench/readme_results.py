@@ -661,6 +661,19 @@ chat template with tool calls, which the tiny policy lacks): its {ta['trl_tokens
 are one reply, not an episode.
 """)
 
+if "trl_adapter" in R:
+    tf = res("trl_adapter")
+    w(f"""
+Over {tf['steps']} steps (`python bench/trl_adapter.py`, the same runs five times longer): generated tokens
+per completion, tree over chain, {tf['tree_over_chain_tokens_per_completion']:.2f} at G = 4 and {tf['tree_over_chain_tokens_per_completion_g8']:.2f} at G = 8 (below 0.8 at both:
+{'**met**' if tf['tree_over_chain_tokens_per_completion'] < 0.8 and tf['tree_over_chain_tokens_per_completion_g8'] < 0.8 else '**not met**'}); wall per step {tf['tree_over_chain_wall_per_step']:.2f} and {tf['tree_over_chain_wall_per_step_g8']:.2f}. A tree row holds {tf['model_tokens_per_row_tree']:.1f} model tokens at G = 4
+against a chain row's {tf['model_tokens_per_row_chain']:.1f}: each run trains its own copy of the policy, and the
+runs' episodes drift apart over the steps, so the quick run's 4 steps (on nearly the base
+policy) are the shape's cost, and this longer one what training did to each run's episodes.
+
+{quote('trl_adapter', ['tree_over_chain_tokens_per_completion', 'tree_over_chain_tokens_per_completion_g8', 'tree_over_chain_wall_per_step', 'tree_over_chain_wall_per_step_g8', 'model_tokens_per_row_tree', 'model_tokens_per_row_chain', 'tree_tokens_per_completion', 'chain_tokens_per_completion'])}
+""")
+
 if "early_forks" in R:
     ef = res("early_forks")
     w(f"""#### Exact-G trees for a trainer's groups (`bench/early_forks.py`, rLLM convention, the shipped base)

@@ -114,6 +114,7 @@ FIGURES = (
     Figure("allocation_quick", ("bench/allocation.py", "--quick", "--fresh"), False, 15),
     Figure("allocation", ("bench/allocation.py", "--fresh"), False, 30),
     Figure("real_model", ("bench/real_model.py",), False, 75),
+    Figure("trl_adapter", ("bench/trl_adapter.py",), False, 3.5),
 )
 
 
