@@ -54,6 +54,11 @@ def ci(lo_hi):
     return f"[{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]"
 
 
+def met_word(ok):
+    """How a target's verdict reads."""
+    return "**met**" if ok else "**not met**"
+
+
 PACKED_HOWTO = 'How it works (`treeroll/training/packed.py`, `treeroll/training/attention.py`): each group\'s\nleaves become a token trie; each unary run of the trie (a segment) is forwarded once, with\nthe cached keys and values of its root-to-parent path as prefix, and each token\'s loss weight\naggregates the leaves through it (advantages split by sign for the clipped surrogate). The\nbackward is depth first, so only one root-to-leaf chain of calls holds activations. The\npacked update equals the expanded one exactly (tests: float64 ≤ 1e-5, float32 ≤ 1e-3 on loss\nand every gradient, over chains, deep, wide and pruned trees, mixed batches, both\nnormalisations, KL, every estimator, a grouped-query-attention Qwen2).\n\nWhat made it faster than expanded at full step size:\n- **Attention without a mask.** A segment after a cached prefix needs "lower-right causal"\n  attention; transformers builds it as a dense mask, and with a mask PyTorch\'s CPU flash\n  kernel cannot skip the blocks above the diagonal (up to twice the attention work of a\n  long segment). treeroll\n  registers its own attention function with transformers for the packed update: the prefix\n  part and the causal part are computed by the fused kernel separately and merged exactly\n  through their log-sum-exps; the backward of each part runs against the merged output.\n- **Batching across parents.** Children of different segments (and different groups) share\n  one call, their prefixes gathered right-padded with a key mask, instead of one call per\n  parent.\n- **Cost-based grouping.** Segments are grouped into calls by dynamic programming over an\n  estimated cost (call overhead, padded tokens, attention to the prefix), instead of padding a\n  short segment to its long sibling.\n\nOn a GPU the same attention function falls back to PyTorch SDPA with an explicit mask (exact,\nnot the fused path). On an NVIDIA H200 (2026-12-04, `python bench/gpu_check.py`, with the device\nfix that is now on main; `docs/gpu/`) the packed update equalled the expanded one within\n5.4e-7 relative on the tree shapes of tests/test_packed.py.\n\n'
 
 out = []
@@ -426,8 +431,9 @@ def arms_of(al):
     return [k for k in ALLOC_ARMS if k in al]
 
 
-def allocation_table(name):
-    """The quoted line and the table of one allocation figure."""
+def allocation_table(name, aopt, aeval):
+    """The quoted line and the table of one allocation figure (``aopt`` / ``aeval``: the
+    config's ``optim`` and ``eval`` blocks)."""
     al = res(name)
     arms = [k for k in ALLOC_ARMS if k in al]
     w(f"""{quote(name, ['target_success', 'gain', 'start_success', 'seeds', *arms])}
@@ -441,8 +447,7 @@ def allocation_table(name):
         w(f"| {n} | {tt} | {oc} | {r['final_success']:.3f} | {r['generated_tokens']:,} |")
     reached = [n for n in arms if al[n]["tokens_to_target"] is not None]
     unsustained = [n for n in reached if al[n]["final_success"] < al["target_success"]]
-    acfg = yaml.safe_load((ROOT / "configs/allocation.yaml").read_text())
-    first = acfg["base"]["eval"]["every"] / acfg["base"]["optim"]["steps"]
+    first = aeval["every"] / aopt["steps"]
     # a method that reached it at its first evaluation: its tokens to target are the tokens of
     # the first `every` updates, about `first` of its run's (at most, 1.2x for the uneven steps)
     at_first = [n for n in reached
@@ -451,9 +456,9 @@ def allocation_table(name):
 Reached the target within the run: {', '.join(reached) if reached else 'none'}{f"; of these, {', '.join(unsustained)} ended below it again" if unsustained else ''}.
 """)
     if at_first:
-        w(f"""Reached at the first evaluation (after {acfg['base']['eval']['every']} of {acfg['base']['optim']['steps']} updates): {', '.join(at_first)}. The benchmark reads
+        w(f"""Reached at the first evaluation (after {aeval['every']} of {aopt['steps']} updates): {', '.join(at_first)}. The benchmark reads
 success only at evaluations, so for these the ratio to chain is the ratio of the tokens each
-spent in its first {acfg['base']['eval']['every']} updates (a tree spends fewer under the same cap), not a measured
+spent in its first {aeval['every']} updates (a tree spends fewer under the same cap), not a measured
 difference in how fast they learn; `configs/compare_hard.yaml`'s interpolated crossings, with
 intervals, are the figure for that.
 """)
@@ -474,7 +479,7 @@ tasks, averaged over the seeds. The target is the start's success plus the state
 whose seed-mean success reaches it (null: never reached), `over_chain` its ratio to chain's.
 """)
 for n in current_alloc:
-    al = allocation_table(n)
+    al = allocation_table(n, aopt, aeval)
     finals = [al[m]["final_success"] for m in arms_of(al)]
     verdict = ""
     if al["seeds"] > 1 and all(al[m]["tokens_to_target"] is None for m in arms_of(al)):
@@ -652,7 +657,6 @@ Three runs of TRL's real `GRPOTrainer` on the same prompts: TRL's own generation
 """)
 elif "trl_adapter_quick" in R:
     ta = res("trl_adapter_quick")
-    met = lambda ok: "**met**" if ok else "**not met**"
     w(f"""#### TRL's GRPOTrainer with treeroll's rollout_func (`bench/trl_adapter.py --quick`, rLLM convention, the shipped base)
 
 Runs of TRL's real `GRPOTrainer` on the same prompts ({ta['tasks_per_step']} tasks per step, {ta['steps']} steps each): TRL's own
@@ -665,8 +669,8 @@ G = 4.
 
 Generated tokens per completion, tree over chain: {ta['tree_over_chain_tokens_per_completion']:.2f} at G = 4 ({ta['tree_tokens_per_completion']:.1f} against {ta['chain_tokens_per_completion']:.1f}) and
 {ta['tree_over_chain_tokens_per_completion_g8']:.2f} at G = 8 ({ta['tree_g8_tokens_per_completion']:.1f} against {ta['chain_g8_tokens_per_completion']:.1f}); the Tree-GRPO tree cut to G cost {ta['tree_grpo_cut_over_chain_tokens_per_completion']:.2f}×.
-Target (issue #39) below 0.8 at both: {met(ta['tree_over_chain_tokens_per_completion'] < 0.8 and ta['tree_over_chain_tokens_per_completion_g8'] < 0.8)}. Wall time per step, tree over chain:
-{ta['tree_over_chain_wall_per_step']:.2f} at G = 4 and {ta['tree_over_chain_wall_per_step_g8']:.2f} at G = 8 (no worse than chains': {met(ta['tree_over_chain_wall_per_step'] <= 1.0 and ta['tree_over_chain_wall_per_step_g8'] <= 1.0)}; a few steps on two
+Target (issue #39) below 0.8 at both: {met_word(ta['tree_over_chain_tokens_per_completion'] < 0.8 and ta['tree_over_chain_tokens_per_completion_g8'] < 0.8)}. Wall time per step, tree over chain:
+{ta['tree_over_chain_wall_per_step']:.2f} at G = 4 and {ta['tree_over_chain_wall_per_step_g8']:.2f} at G = 8 (no worse than chains': {met_word(ta['tree_over_chain_wall_per_step'] <= 1.0 and ta['tree_over_chain_wall_per_step_g8'] <= 1.0)}; a few steps on two
 tasks are noisy, and each run trains its own copy, so its episodes drift apart from the
 others'). A tree row holds {ta['model_tokens_per_row_tree']:.1f} model tokens (a chain row {ta['model_tokens_per_row_chain']:.1f}): shared turns are
 generated once. TRL's own generation cannot step the environment (its multi-turn hook needs a
@@ -679,7 +683,7 @@ if "trl_adapter" in R:
     w(f"""
 Over {tf['steps']} steps (`python bench/trl_adapter.py`, the same runs five times longer): generated tokens
 per completion, tree over chain, {tf['tree_over_chain_tokens_per_completion']:.2f} at G = 4 and {tf['tree_over_chain_tokens_per_completion_g8']:.2f} at G = 8 (below 0.8 at both:
-{'**met**' if tf['tree_over_chain_tokens_per_completion'] < 0.8 and tf['tree_over_chain_tokens_per_completion_g8'] < 0.8 else '**not met**'}); wall per step {tf['tree_over_chain_wall_per_step']:.2f} and {tf['tree_over_chain_wall_per_step_g8']:.2f}. A tree row holds {tf['model_tokens_per_row_tree']:.1f} model tokens at G = 4
+{met_word(tf['tree_over_chain_tokens_per_completion'] < 0.8 and tf['tree_over_chain_tokens_per_completion_g8'] < 0.8)}); wall per step {tf['tree_over_chain_wall_per_step']:.2f} and {tf['tree_over_chain_wall_per_step_g8']:.2f}. A tree row holds {tf['model_tokens_per_row_tree']:.1f} model tokens at G = 4
 against a chain row's {tf['model_tokens_per_row_chain']:.1f}: each run trains its own copy of the policy, and the
 runs' episodes drift apart over the steps, so the quick run's 4 steps (on nearly the base
 policy) are the shape's cost, and this longer one what training did to each run's episodes.
@@ -708,7 +712,7 @@ time to grow the groups (tree over chains).
     r4, r8 = ef["early_forks_g4_within4"], ef["early_forks_g8_within4"]
     w(f"""
 At the default, `within = 4`, a tree row costs {r4['tokens_ratio']:.2f}× a chain row at G = 4 and {r8['tokens_ratio']:.2f}× at G = 8
-(the issue's target, below 0.8 at both: {'**met**' if r4['tokens_ratio'] < 0.8 and r8['tokens_ratio'] < 0.8 else '**not met**'}). Sharing more turns (a larger `within`) saves more
+(the issue's target, below 0.8 at both: {met_word(r4['tokens_ratio'] < 0.8 and r8['tokens_ratio'] < 0.8)}). Sharing more turns (a larger `within`) saves more
 and leaves fewer groups with a reward signal, so the default was not raised to meet a cost
 target. Forked rows run longer than chain rows: a fork starts from a branch still alive at its
 turn.
