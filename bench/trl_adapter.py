@@ -80,9 +80,11 @@ def one_step_reward(completions: list[str], task_seed: list[int], **kwargs: Any)
 
 
 def run_tree(strategy: str, seeds: list[int], steps: int, group: int = 4,
-             early_forks: EarlyForks | None = None) -> dict[str, float]:
+             early_forks: EarlyForks | None = None, rollout_seed: int = 0) -> dict[str, Any]:
     """TRL with treeroll's rollout_func (``group`` completions a prompt, grown by
-    ``strategy`` or as ``early_forks``); tokens decoded and rows returned."""
+    ``strategy`` or as ``early_forks``, rollouts seeded by ``rollout_seed``); tokens decoded
+    and rows returned, in all and per step (``per_step``: generated tokens, rows and mean
+    row reward of each call)."""
     from trl import GRPOTrainer
 
     torch.manual_seed(0)
@@ -93,17 +95,21 @@ def run_tree(strategy: str, seeds: list[int], steps: int, group: int = 4,
                                       chain=Chain(group_size=group),
                                       tree_grpo=TreeGRPO(m=2, n=2, l=1)))
     rollout_func = TreeRolloutFunc(config, policy.turn_format(), num_generations=group,
-                                   early_forks=early_forks)
+                                   early_forks=early_forks, seed=rollout_seed)
     counts = {"generated": 0, "rows": 0, "row_model_tokens": 0, "rollout_s": 0.0}
+    per_step: list[dict[str, float]] = []
 
     def counting(prompts: Any, trainer: Any) -> dict[str, Any]:
         tick = time.perf_counter()
         out = rollout_func(prompts, trainer)
         counts["rollout_s"] += time.perf_counter() - tick
-        for group in rollout_func.last_groups:
-            counts["generated"] += sum(len(n.action_ids) for n in group.tree.nodes)
+        generated = sum(len(n.action_ids) for g in rollout_func.last_groups
+                        for n in g.tree.nodes)
+        counts["generated"] += generated
         counts["rows"] += len(out["completion_ids"])
         counts["row_model_tokens"] += sum(sum(m) for m in out["env_mask"])
+        per_step.append({"generated": generated, "rows": len(out["completion_ids"]),
+                         "reward": float(np.mean(out["tree_reward"]))})
         return out
 
     with tempfile.TemporaryDirectory() as out:
@@ -118,7 +124,8 @@ def run_tree(strategy: str, seeds: list[int], steps: int, group: int = 4,
             "model_tokens_per_row": counts["row_model_tokens"] / counts["rows"],
             "wall_per_step": wall / steps, "rollout_per_step": counts["rollout_s"] / steps,
             "reward": float(np.mean([r["reward"] for r in trainer.state.log_history
-                                     if "reward" in r]))}
+                                     if "reward" in r])),
+            "per_step": per_step}
 
 
 def run_trl(seeds: list[int], steps: int) -> dict[str, float]:

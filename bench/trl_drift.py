@@ -1,0 +1,88 @@
+"""Does the 20-step TRL run's tree drift (issue #39, H6)? The G = 4 runs of
+``bench/trl_adapter.py`` (chain, and EarlyForks' exact-G tree) repeated over rollout seeds.
+
+``bench/trl_adapter.py`` runs each arm once, with rollout seed 0; over its 20 steps the tree
+run's rows grew to 2.7x a chain row's and its generated tokens per completion to 2.0x the
+chains'. This asks whether that is the shape (a group that over-represents episodes that go
+on, through EarlyForks' fork from the last turn before an end) or one run: the same two G = 4
+runs (TRL's ``GRPOTrainer``, the shipped base ``frozenlake-tiny``, the same 40 training tasks,
+20 steps, two tasks a step) at rollout seeds 0, 1 and 2 (the model's initial weights and the
+tasks are the same in every run; the seed changes the sampled episodes and so the updates).
+
+Per run: generated tokens per completion over the whole run and over its last 10 steps, and
+the mean environment reward of its rows over its first and last 10 steps. Prints one line per
+run and, as its last line, one JSON object: ``tree_over_chain_tokens_per_completion`` (the
+ratio of the seeds' means), the same per seed, the last-10-step ratio, and each arm's rewards.
+
+Usage: ``python bench/trl_drift.py`` (about 4 minutes here) or ``--seeds 0 1 2 3``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import numpy as np
+import torch
+
+from treeroll.adapters.groups import EarlyForks
+from treeroll.config import EnvConfig, EvalConfig
+from treeroll.training.evaluation import task_pools
+from trl_adapter import run_tree
+
+STEPS = 20
+
+
+def summary(run: dict[str, Any]) -> dict[str, float]:
+    """Tokens per completion (whole run, last half) and mean row reward (first, last half)."""
+    steps = run["per_step"]
+    half = len(steps) // 2
+
+    def tokens(part: list[dict[str, float]]) -> float:
+        return sum(s["generated"] for s in part) / sum(s["rows"] for s in part)
+
+    return {"tokens_per_completion": round(tokens(steps), 2),
+            "tokens_per_completion_late": round(tokens(steps[half:]), 2),
+            "reward_early": round(float(np.mean([s["reward"] for s in steps[:half]])), 4),
+            "reward_late": round(float(np.mean([s["reward"] for s in steps[half:]])), 4)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run chain and tree at G = 4 per seed; print a line per run and the JSON line."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    train, _ = task_pools(EnvConfig(name="frozenlake_rllm"), EvalConfig())
+    tasks = [int(s) for s in train[:2 * STEPS]]
+    runs: dict[str, list[dict[str, float]]] = {"chain": [], "tree": []}
+    for seed in args.seeds:
+        for arm in runs:
+            shape = EarlyForks(group_size=4) if arm == "tree" else None
+            result = summary(run_tree("chain", tasks, STEPS, early_forks=shape,
+                                      rollout_seed=seed))
+            runs[arm].append(result)
+            print(f"seed {seed} {arm:5s} {json.dumps(result)}", file=sys.stderr, flush=True)
+
+    def mean(arm: str, key: str) -> float:
+        return float(np.mean([r[key] for r in runs[arm]]))
+
+    print(json.dumps({
+        "tree_over_chain_tokens_per_completion": round(
+            mean("tree", "tokens_per_completion") / mean("chain", "tokens_per_completion"), 4),
+        "tree_over_chain_tokens_per_completion_late": round(
+            mean("tree", "tokens_per_completion_late")
+            / mean("chain", "tokens_per_completion_late"), 4),
+        "per_seed_tree_over_chain": [round(t["tokens_per_completion"]
+                                           / c["tokens_per_completion"], 4)
+                                     for t, c in zip(runs["tree"], runs["chain"], strict=True)],
+        "chain": runs["chain"], "tree": runs["tree"],
+        "seeds": args.seeds, "steps": STEPS, "num_generations": 4, "tasks_per_step": 2,
+    }))
+
+
+if __name__ == "__main__":
+    main()
