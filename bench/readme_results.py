@@ -691,6 +691,21 @@ policy) are the shape's cost, and this longer one what training did to each run'
 {quote('trl_adapter', ['tree_over_chain_tokens_per_completion', 'tree_over_chain_tokens_per_completion_g8', 'tree_over_chain_wall_per_step', 'tree_over_chain_wall_per_step_g8', 'model_tokens_per_row_tree', 'model_tokens_per_row_chain', 'tree_tokens_per_completion', 'chain_tokens_per_completion'])}
 """)
 
+if "trl_drift" in R:
+    td = res("trl_drift")
+    per_seed = ", ".join(f"{r:.2f}" for r in td["per_seed_tree_over_chain"])
+    grew = [i for i, r in enumerate(td["per_seed_tree_over_chain"]) if r >= 1]
+    w(f"""
+The same two G = 4 runs at rollout seeds {', '.join(map(str, td['seeds']))} (`python bench/trl_drift.py`; the initial weights and
+the tasks shared): tree over chain, generated tokens per completion, {per_seed} per seed,
+{td['tree_over_chain_tokens_per_completion']:.2f} for the seeds' means and {td['tree_over_chain_tokens_per_completion_late']:.2f} over the last {td['steps'] // 2} steps. {len(grew)} of {len(td['seeds'])} tree runs cost more than
+its chain run ({', '.join(f"seed {td['seeds'][i]}: {td['tree'][i]['tokens_per_completion_late']:.0f} tokens a completion over the last half, row reward {td['tree'][i]['reward_early']:.2f} then {td['tree'][i]['reward_late']:.2f}" for i in grew) or 'none'}).
+So the 20-step figure at G = 4 ({'one run' if len(grew) == 1 else 'runs'} drifting) is not the shape's cost alone, and how often a tree run drifts is not known from {len(td['seeds'])} seeds (chain's last-half row
+rewards {', '.join(f"{r['reward_late']:.2f}" for r in td['chain'])}, the trees' {', '.join(f"{r['reward_late']:.2f}" for r in td['tree'])}).
+
+{quote('trl_drift', ['tree_over_chain_tokens_per_completion', 'tree_over_chain_tokens_per_completion_late', 'per_seed_tree_over_chain'])}
+""")
+
 if "early_forks" in R:
     ef = res("early_forks")
     w(f"""#### Exact-G trees for a trainer's groups (`bench/early_forks.py`, rLLM convention, the shipped base)
