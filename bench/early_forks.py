@@ -5,12 +5,16 @@ The trainer adapters (TRL, verl, rLLM) hand a trainer exactly G rows per prompt.
 branch in halves within its first ``within`` turns; this measures what that saves against G
 independent chains, side by side on the same tasks and the same frozen policy (the shipped
 base ``frozenlake-tiny``, FrozenLake in rLLM's convention, 64 tasks of the training pool drawn
-from seed 0, temperature 1), for G = 4 and 8 and ``within`` = 2, 4, 6:
+from seed 0, temperature 1), for G = 4 and 8 and ``within`` = 2, 4, 6, with each ``on_end``
+rule (``fork_last``, the default, keyed ``early_forks_g{G}_within{w}``; ``repeat``, keyed with
+``_repeat`` after it):
 
 * ``tokens_ratio``: generated tokens per row, tree over chains (a shared turn is generated
   once; a chain row costs its own length);
 * ``row_tokens``: a row's own model tokens (forked rows run longer: a fork starts from a
   branch still alive at its turn);
+* ``reward``: the rows' mean reward (a row that is a sample of the policy's episodes is
+  rewarded as often as a chain row, up to noise; ``fork_last``'s second chance is not);
 * ``signal``: the share of groups whose rows' rewards differ (a group-relative gradient needs
   it): sharing more turns leaves the rows less diverse;
 * ``wall_ratio``: wall time to grow the groups, tree over chains (HF backend, 2 threads; the
@@ -50,6 +54,7 @@ def measure(groups: TreeGroups, tasks: list[int], policy: object) -> dict[str, f
     generated = sum(len(n.action_ids) for g in out for n in g.tree.nodes)
     own = sum(len(n.action_ids) for g in out for leaf in g.leaves for n in path_to(leaf)[1:])
     return {"tokens_per_row": generated / rows, "row_tokens": own / rows,
+            "reward": float(np.mean([r for g in out for r in g.rewards])),
             "signal": float(np.mean([len(set(g.rewards)) > 1 for g in out])),
             "seconds": seconds, "topped_up": sum(g.topped_up for g in out)}
 
@@ -70,17 +75,19 @@ def main() -> None:
                                           chain=Chain(group_size=g)))
         chain = measure(TreeGroups(config, policy.turn_format(), group_size=g), tasks, policy)
         out[f"chain_g{g}"] = {k: round(v, 3) for k, v in chain.items()}
-        for within in WITHIN:
-            shape = EarlyForks(group_size=g, within=within)
+        for within, on_end in [(w, e) for e in EarlyForks.ON_END for w in WITHIN]:
+            shape = EarlyForks(group_size=g, within=within, on_end=on_end)
             tree = measure(TreeGroups(config, policy.turn_format(), group_size=g, shape=shape),
                            tasks, policy)
             row = {"tokens_ratio": round(tree["tokens_per_row"] / chain["tokens_per_row"], 4),
                    "wall_ratio": round(tree["seconds"] / chain["seconds"], 4),
                    **{k: round(v, 3) for k, v in tree.items()}}
-            out[f"early_forks_g{g}_within{within}"] = row
-            print(f"G={g} within={within}: tokens/row {tree['tokens_per_row']:.1f} vs chain "
-                  f"{chain['tokens_per_row']:.1f} ({row['tokens_ratio']:.2f}x), row tokens "
-                  f"{tree['row_tokens']:.1f}, signal {tree['signal']:.2f} vs "
+            out[f"early_forks_g{g}_within{within}"
+                + ("" if on_end == "fork_last" else f"_{on_end}")] = row
+            print(f"G={g} within={within} {on_end}: tokens/row {tree['tokens_per_row']:.1f} "
+                  f"vs chain {chain['tokens_per_row']:.1f} ({row['tokens_ratio']:.2f}x), "
+                  f"row tokens {tree['row_tokens']:.1f} vs {chain['row_tokens']:.1f}, reward "
+                  f"{tree['reward']:.3f} vs {chain['reward']:.3f}, signal {tree['signal']:.2f} vs "
                   f"{chain['signal']:.2f}, wall {row['wall_ratio']:.2f}x", file=sys.stderr)
     print(json.dumps(out))
 

@@ -115,7 +115,7 @@ FIGURES = (
     Figure("allocation", ("bench/allocation.py", "--fresh"), False, 30),
     Figure("real_model", ("bench/real_model.py",), False, 75),
     Figure("trl_adapter", ("bench/trl_adapter.py",), False, 3.5),
-    Figure("trl_drift", ("bench/trl_drift.py",), False, 4),
+    Figure("trl_drift", ("bench/trl_drift.py",), False, 5),
 )
 
 

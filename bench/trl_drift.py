@@ -4,9 +4,11 @@
 ``bench/trl_adapter.py`` runs each arm once, with rollout seed 0; over its 20 steps the tree
 run's rows grew to 2.7x a chain row's and its generated tokens per completion to 2.0x the
 chains'. This asks whether that is the shape (a group that over-represents episodes that go
-on, through EarlyForks' fork from the last turn before an end) or one run: the same two G = 4
+on, through EarlyForks' fork from the last turn before an end) or one run: the same G = 4
 runs (TRL's ``GRPOTrainer``, the shipped base ``frozenlake-tiny``, the same 40 training tasks,
-20 steps, two tasks a step) at rollout seeds 0, 1 and 2 (the model's initial weights and the
+20 steps, two tasks a step), with a third arm, ``tree_repeat`` (EarlyForks with
+``on_end="repeat"``: an ended branch's owed rows repeat it, so every row is a sample of the
+policy's episodes), at rollout seeds 0, 1 and 2 (the model's initial weights and the
 tasks are the same in every run; the seed changes the sampled episodes and so the updates).
 
 Per run: generated tokens per completion over the whole run and over its last 10 steps, and
@@ -14,7 +16,7 @@ the mean environment reward of its rows over its first and last 10 steps. Prints
 run and, as its last line, one JSON object: ``tree_over_chain_tokens_per_completion`` (the
 ratio of the seeds' means), the same per seed, the last-10-step ratio, and each arm's rewards.
 
-Usage: ``python bench/trl_drift.py`` (about 4 minutes here) or ``--seeds 0 1 2 3``.
+Usage: ``python bench/trl_drift.py`` (about 5 minutes here) or ``--seeds 0 1 2 3``.
 """
 
 from __future__ import annotations
@@ -58,28 +60,38 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     train, _ = task_pools(EnvConfig(name="frozenlake_rllm"), EvalConfig())
     tasks = [int(s) for s in train[:2 * STEPS]]
-    runs: dict[str, list[dict[str, float]]] = {"chain": [], "tree": []}
+    shapes = {"chain": None, "tree": EarlyForks(group_size=4),
+              "tree_repeat": EarlyForks(group_size=4, on_end="repeat")}
+    runs: dict[str, list[dict[str, float]]] = {arm: [] for arm in shapes}
     for seed in args.seeds:
-        for arm in runs:
-            shape = EarlyForks(group_size=4) if arm == "tree" else None
+        for arm, shape in shapes.items():
             result = summary(run_tree("chain", tasks, STEPS, early_forks=shape,
                                       rollout_seed=seed))
             runs[arm].append(result)
-            print(f"seed {seed} {arm:5s} {json.dumps(result)}", file=sys.stderr, flush=True)
+            print(f"seed {seed} {arm:11s} {json.dumps(result)}", file=sys.stderr, flush=True)
 
     def mean(arm: str, key: str) -> float:
         return float(np.mean([r[key] for r in runs[arm]]))
 
+    def over_chain(arm: str) -> dict[str, Any]:
+        return {
+            "tokens_per_completion": round(mean(arm, "tokens_per_completion")
+                                           / mean("chain", "tokens_per_completion"), 4),
+            "tokens_per_completion_late": round(mean(arm, "tokens_per_completion_late")
+                                                / mean("chain", "tokens_per_completion_late"), 4),
+            "per_seed": [round(t["tokens_per_completion"] / c["tokens_per_completion"], 4)
+                         for t, c in zip(runs[arm], runs["chain"], strict=True)]}
+
+    tree, repeat = over_chain("tree"), over_chain("tree_repeat")
     print(json.dumps({
-        "tree_over_chain_tokens_per_completion": round(
-            mean("tree", "tokens_per_completion") / mean("chain", "tokens_per_completion"), 4),
-        "tree_over_chain_tokens_per_completion_late": round(
-            mean("tree", "tokens_per_completion_late")
-            / mean("chain", "tokens_per_completion_late"), 4),
-        "per_seed_tree_over_chain": [round(t["tokens_per_completion"]
-                                           / c["tokens_per_completion"], 4)
-                                     for t, c in zip(runs["tree"], runs["chain"], strict=True)],
-        "chain": runs["chain"], "tree": runs["tree"],
+        "tree_over_chain_tokens_per_completion": tree["tokens_per_completion"],
+        "tree_over_chain_tokens_per_completion_late": tree["tokens_per_completion_late"],
+        "per_seed_tree_over_chain": tree["per_seed"],
+        "tree_repeat_over_chain_tokens_per_completion": repeat["tokens_per_completion"],
+        "tree_repeat_over_chain_tokens_per_completion_late":
+            repeat["tokens_per_completion_late"],
+        "per_seed_tree_repeat_over_chain": repeat["per_seed"],
+        **runs,
         "seeds": args.seeds, "steps": STEPS, "num_generations": 4, "tasks_per_step": 2,
     }))
 

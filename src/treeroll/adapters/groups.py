@@ -60,7 +60,10 @@ from treeroll.tree import (
 )
 
 __all__ = ["EarlyForks", "LeafGroup", "TreeGroups", "choose_leaves", "graft", "policy_view",
-           "seed_for"]
+           "rows_of", "seed_for"]
+
+REPEATS = "repeats"
+"""``Node.info`` key: how many more rows repeat this leaf (:class:`EarlyForks`' ``repeat``)."""
 
 _COPIED = ("action_ids", "action_logprobs", "action_text", "observation_ids",
            "observation_text", "reward", "terminated", "truncated", "status", "note", "score",
@@ -115,8 +118,19 @@ class EarlyForks:
     ``k > 1`` splits once it has run a number of turns drawn uniformly from 1 to ``within``
     since it started, into its own continuation owing ``ceil(k / 2)`` and a fork owing
     ``floor(k / 2)``, each splitting again the same way. A branch that ends owing ``k > 1``
-    leaves its other ``k - 1`` to a fork from its last turn before the end (a chain that ended
-    at its first turn has nothing to share: that fork is a fresh chain).
+    before its split hands its other ``k - 1`` on as ``on_end`` says:
+
+    - ``"fork_last"`` (the default): to a fork from its last turn before the end (a chain that
+      ended at its first turn has nothing to share: that fork is a fresh chain). Every row is
+      an episode, but a biased sample of the policy's: the fork's turn is chosen because the
+      branch ended right after it, so a group over-represents episodes that go on past a turn
+      that ended another (a second chance at that move);
+    - ``"repeat"``: to ``k - 1`` repeats of the ended branch's own row (decoding nothing).
+      Every split turn is then fixed before the turns it splits are sampled, so each row is,
+      on its own, a sample of the policy's episodes, as a chain is (rows are correlated, as in
+      any tree); the price is fewer distinct rows, and a group of one repeated row when the
+      chain ends before its first split. treeroll's own credit (``tree_credit``) is computed
+      over the distinct leaves; a trainer normalising rewards over its G rows counts repeats.
 
     Written for trainers that take exactly G rows per prompt (TRL, verl): nothing is grown to
     be thrown away, and forks run beside their branch as soon as it passes their turn, so a
@@ -129,8 +143,10 @@ class EarlyForks:
     group_size: int = 4
     chains: int = 1
     within: int = 4
+    on_end: str = "fork_last"
 
     name: ClassVar[str] = "early_forks"
+    ON_END: ClassVar[tuple[str, ...]] = ("fork_last", "repeat")
     revisits_nodes: ClassVar[bool] = True  # a branch's last turn is forked after it ended
 
     def __post_init__(self) -> None:
@@ -139,6 +155,9 @@ class EarlyForks:
             raise ValueError(f"early_forks needs group_size >= 1, chains >= 1 dividing it and "
                              f"within >= 1; got group_size={self.group_size}, "
                              f"chains={self.chains}, within={self.within}")
+        if self.on_end not in self.ON_END:
+            raise ValueError(f"early_forks on_end is {self.on_end!r}; valid: "
+                             f"{', '.join(map(repr, self.ON_END))}")
 
     def start(self, tree: RolloutTree, ctx: StrategyContext) -> list[Node]:
         """``chains`` chains from the root, each owing ``group_size / chains`` leaves."""
@@ -154,7 +173,7 @@ class EarlyForks:
 
     def step(self, tree: RolloutTree, created: list[Node], ctx: StrategyContext) -> list[Node]:
         """Continue every live branch; split the branches whose turn has come; hand what an
-        ended branch still owes to a fork from its last turn."""
+        ended branch still owes to repeats of it or to a fork from its last turn (``on_end``)."""
         plan: dict[int, list[tuple[int, int | None]]] = ctx.state["plan"]
         ahead: dict[int, list[tuple[int, int | None]]] = {}  # this frontier's entries only
         frontier: list[Node] = []
@@ -172,8 +191,11 @@ class EarlyForks:
             if node.ended or node.status != NodeStatus.ACTIVE:
                 # this branch is one leaf (a failed one drops out of the group, and the
                 # adapter's top-up replaces it: retrying here could fail for ever); the rest
-                # forks from the last turn before the end
-                if owed > 1:
+                # repeats it, or forks from the last turn before the end
+                if (owed > 1 and self.on_end == "repeat"
+                        and node.status not in NodeStatus.OUT_OF_GROUP):
+                    node.info[REPEATS] = node.info.get(REPEATS, 0) + owed - 1
+                elif owed > 1:
                     enter(parent, owed - 1, None)
                 continue
             if owed > 1 and node.depth >= split_at:
@@ -206,10 +228,16 @@ def seed_for(group: str, task_seed: int) -> int:
     return int(state.generate_state(1)[0])
 
 
+def rows_of(tree: RolloutTree) -> list[Node]:
+    """The leaves of ``tree`` as a group's rows: each leaf once, and again for every repeat
+    :class:`EarlyForks` (``on_end="repeat"``) recorded on it in ``info["repeats"]``."""
+    return [leaf for leaf in leaves(tree) for _ in range(1 + int(leaf.info.get(REPEATS, 0)))]
+
+
 def choose_leaves(tree: RolloutTree, group_size: int) -> list[Node]:
-    """``group_size`` leaves of ``tree``: all of them when there are at most that many, else the
-    first-turn subtrees in turn, round robin (see the module docstring)."""
-    group = leaves(tree)
+    """``group_size`` rows of ``tree`` (:func:`rows_of`): all of them when there are at most
+    that many, else the first-turn subtrees in turn, round robin (see the module docstring)."""
+    group = rows_of(tree)
     if len(group) <= group_size:
         return group
     by_subtree: dict[int, list[Node]] = {}
@@ -313,7 +341,7 @@ class TreeGroups:
 
     def _group(self, tree: RolloutTree, backend: Any, settings: RolloutConfig,
                seed: int) -> LeafGroup:
-        shortfall = self.group_size - len(leaves(tree))
+        shortfall = self.group_size - len(rows_of(tree))
         if shortfall > 0:
             chains = rollout([tree.task_seed], self.make_env, backend, self.turn_format,
                              Chain(group_size=shortfall),
