@@ -695,6 +695,14 @@ if "trl_drift" in R:
     td = res("trl_drift")
     per_seed = ", ".join(f"{r:.2f}" for r in td["per_seed_tree_over_chain"])
     grew = [i for i, r in enumerate(td["per_seed_tree_over_chain"]) if r >= 1]
+    repeat_line = "" if "tree_repeat" not in td else (
+        "With `on_end=\"repeat\"` (every row a sample of the policy's episodes) the tree costs "
+        + ", ".join(f"{r:.2f}" for r in td["per_seed_tree_repeat_over_chain"])
+        + " of the chains' tokens per completion per seed ("
+        + f"{td['tree_repeat_over_chain_tokens_per_completion']:.2f} for the means, "
+        + f"{td['tree_repeat_over_chain_tokens_per_completion_late']:.2f} over the last "
+        + f"{td['steps'] // 2} steps; last-half row rewards "
+        + ", ".join(f"{r['reward_late']:.2f}" for r in td["tree_repeat"]) + ").\n")
     w(f"""
 The same two G = 4 runs at rollout seeds {', '.join(map(str, td['seeds']))} (`python bench/trl_drift.py`; the initial weights and
 the tasks shared): tree over chain, generated tokens per completion, {per_seed} per seed,
@@ -702,8 +710,8 @@ the tasks shared): tree over chain, generated tokens per completion, {per_seed} 
 its chain run ({', '.join(f"seed {td['seeds'][i]}: {td['tree'][i]['tokens_per_completion_late']:.0f} tokens a completion over the last half, row reward {td['tree'][i]['reward_early']:.2f} then {td['tree'][i]['reward_late']:.2f}" for i in grew) or 'none'}).
 So the 20-step figure at G = 4 ({'one run' if len(grew) == 1 else 'runs'} drifting) is not the shape's cost alone, and how often a tree run drifts is not known from {len(td['seeds'])} seeds (chain's last-half row
 rewards {', '.join(f"{r['reward_late']:.2f}" for r in td['chain'])}, the trees' {', '.join(f"{r['reward_late']:.2f}" for r in td['tree'])}).
-
-{quote('trl_drift', ['tree_over_chain_tokens_per_completion', 'tree_over_chain_tokens_per_completion_late', 'per_seed_tree_over_chain'])}
+{repeat_line}
+{quote('trl_drift', ['tree_over_chain_tokens_per_completion', 'tree_over_chain_tokens_per_completion_late', 'per_seed_tree_over_chain', 'tree_repeat_over_chain_tokens_per_completion', 'per_seed_tree_repeat_over_chain'])}
 """)
 
 if "early_forks" in R:
@@ -731,6 +739,27 @@ At the default, `within = 4`, a tree row costs {r4['tokens_ratio']:.2f}× a chai
 and leaves fewer groups with a reward signal, so the default was not raised to meet a cost
 target. Forked rows run longer than chain rows: a fork starts from a branch still alive at its
 turn.
+""")
+    if "early_forks_g4_within4_repeat" in ef:
+        def repeat_row(g):
+            r, f, c = (ef[f"early_forks_g{g}_within4_repeat"], ef[f"early_forks_g{g}_within4"],
+                       ef[f"chain_g{g}"])
+            return (f"| {g} | {c['row_tokens']:.1f} / {c['reward']:.3f} | {f['row_tokens']:.1f} / {f['reward']:.3f} | "
+                    f"{r['row_tokens']:.1f} / {r['reward']:.3f} | {f['tokens_ratio']:.2f} / {r['tokens_ratio']:.2f} | "
+                    f"{f['signal']:.2f} / {r['signal']:.2f} ({c['signal']:.2f}) |")
+        w(f"""
+Why forked rows run longer: a branch that ends before its split hands the rows it still owes
+to a fork from its last turn (`on_end="fork_last"`, the default), a second chance at the move
+that ended it, so a group over-represents episodes that go on. With `on_end="repeat"` they are
+repeats of the ended row instead, and every row is, on its own, a sample of the policy's
+episodes. Row length and mean row reward, chain / fork_last / repeat, `within = 4`:
+
+| G | chain row tokens / reward | fork_last | repeat | tokens per row over chain's, fork_last / repeat | signal, fork_last / repeat (chain) |
+|---|---|---|---|---|---|
+{repeat_row(4)}
+{repeat_row(8)}
+
+{quote('early_forks', ['early_forks_g4_within4_repeat', 'early_forks_g8_within4_repeat'])}
 """)
 
 if "fuzz_quick" in R:
