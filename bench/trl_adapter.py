@@ -15,6 +15,9 @@ optimiser settings:
 * ``tree``: the same with :class:`treeroll.adapters.groups.EarlyForks` (one chain, the other
   G - 1 leaves forked from it as it goes, each at a turn drawn from its first 4: exactly G
   leaves, nothing thrown away), at G = 4 and G = 8;
+* ``tree_repeat``: the same with ``EarlyForks(on_end="repeat")`` (a branch that ends before
+  its split repeats its row for the rows it still owed, so every row is a sample of the
+  policy's episodes; a repeat decodes nothing and counts as a completion), at G = 4 and 8;
 * ``tree_grpo_cut``: Tree-GRPO (m=2, n=2, l=1 under a 4-leaf budget) cut to G = 4, the
   adapter's earlier way (a tree grown to its own shape, then cut).
 
@@ -23,7 +26,8 @@ Generated tokens per completion: for treeroll, the tokens the backend decoded fo
 divided by the rows returned; for TRL, its completions' lengths. Wall time per step is the
 trainer's ``train_runtime`` over its steps. Prints a table and, as its last line, one JSON
 object: ``tree_over_chain_tokens_per_completion`` (G = 4) and ``..._g8``, the same for wall
-time per step, ``tree_grpo_cut_over_chain_tokens_per_completion``,
+time per step, ``tree_repeat_over_chain_...`` the same four for ``tree_repeat``,
+``tree_grpo_cut_over_chain_tokens_per_completion``,
 ``model_tokens_per_row_tree`` / ``_chain`` (a row's own model tokens: what an independent
 sample of that row would decode), the per-step wall times and, for treeroll, the part of it
 spent in the ``rollout_func``.
@@ -171,7 +175,12 @@ def main(argv: list[str] | None = None) -> None:
                "tree": run_tree("chain", seeds, steps, early_forks=EarlyForks(group_size=4)),
                "chain_g8": run_tree("chain", seeds, steps, group=8),
                "tree_g8": run_tree("chain", seeds, steps, group=8,
-                                   early_forks=EarlyForks(group_size=8))}
+                                   early_forks=EarlyForks(group_size=8)),
+               "tree_repeat": run_tree("chain", seeds, steps,
+                                       early_forks=EarlyForks(group_size=4, on_end="repeat")),
+               "tree_repeat_g8": run_tree("chain", seeds, steps, group=8,
+                                          early_forks=EarlyForks(group_size=8,
+                                                                 on_end="repeat"))}
     print(f"{'run':14s} {'tokens/completion':>18s} {'wall/step s':>12s} {'mean reward':>12s}",
           file=sys.stderr)
     for name, r in results.items():
@@ -189,6 +198,14 @@ def main(argv: list[str] | None = None) -> None:
                                                           "tokens_per_completion"),
         "tree_over_chain_wall_per_step": ratio(tree, chain, "wall_per_step"),
         "tree_over_chain_wall_per_step_g8": ratio(tree8, chain8, "wall_per_step"),
+        "tree_repeat_over_chain_tokens_per_completion": ratio(results["tree_repeat"], chain,
+                                                              "tokens_per_completion"),
+        "tree_repeat_over_chain_tokens_per_completion_g8": ratio(results["tree_repeat_g8"],
+                                                                 chain8, "tokens_per_completion"),
+        "tree_repeat_over_chain_wall_per_step": ratio(results["tree_repeat"], chain,
+                                                      "wall_per_step"),
+        "tree_repeat_over_chain_wall_per_step_g8": ratio(results["tree_repeat_g8"], chain8,
+                                                         "wall_per_step"),
         "tree_grpo_cut_over_chain_tokens_per_completion": ratio(cut, chain,
                                                                 "tokens_per_completion"),
         "tree_over_trl_tokens_per_completion": ratio(tree, trl, "tokens_per_completion"),
