@@ -682,7 +682,8 @@ are one reply, not an episode.
 With `EarlyForks(on_end="repeat")` (every row a sample of the policy's episodes; a branch that
 ends before its split repeats its row, decoding nothing): tokens per completion over chains'
 {ta['tree_repeat_over_chain_tokens_per_completion']:.2f} at G = 4 and {ta['tree_repeat_over_chain_tokens_per_completion_g8']:.2f} at G = 8, wall per step {ta['tree_repeat_over_chain_wall_per_step']:.2f} and {ta['tree_repeat_over_chain_wall_per_step_g8']:.2f}. A repeated row
-counts as a completion here, as it does for the trainer, but brings no new episode.
+counts as a completion here, as it does for the trainer, but brings no new episode: fewer
+distinct rows leave fewer groups with a reward signal (the frozen figure, *Exact-G trees* below).
 
 {quote('trl_adapter_quick', ['tree_repeat_over_chain_tokens_per_completion', 'tree_repeat_over_chain_tokens_per_completion_g8', 'tree_repeat_over_chain_wall_per_step', 'tree_repeat_over_chain_wall_per_step_g8'])}
 """)
