@@ -705,6 +705,10 @@ if "trl_drift" in R:
     td = res("trl_drift")
     per_seed = ", ".join(f"{r:.2f}" for r in td["per_seed_tree_over_chain"])
     grew = [i for i, r in enumerate(td["per_seed_tree_over_chain"]) if r >= 1]
+    drift_said = ("No tree run cost more than its chain run over 20 steps" if not grew else
+                  f"So the 20-step figure at G = 4 holds {len(grew)} drifting run"
+                  f"{'s' if len(grew) > 1 else ''}, not the shape's cost alone, and how often a "
+                  f"tree run drifts is not known from {len(td['seeds'])} seeds")
     repeat_line = "" if "tree_repeat" not in td else (
         "With `on_end=\"repeat\"` (every row a sample of the policy's episodes) the tree costs "
         + ", ".join(f"{r:.2f}" for r in td["per_seed_tree_repeat_over_chain"])
@@ -717,8 +721,8 @@ if "trl_drift" in R:
 The same two G = 4 runs at rollout seeds {', '.join(map(str, td['seeds']))} (`python bench/trl_drift.py`; the initial weights and
 the tasks shared): tree over chain, generated tokens per completion, {per_seed} per seed,
 {td['tree_over_chain_tokens_per_completion']:.2f} for the seeds' means and {td['tree_over_chain_tokens_per_completion_late']:.2f} over the last {td['steps'] // 2} steps. {len(grew)} of {len(td['seeds'])} tree runs cost more than
-its chain run ({', '.join(f"seed {td['seeds'][i]}: {td['tree'][i]['tokens_per_completion_late']:.0f} tokens a completion over the last half, row reward {td['tree'][i]['reward_early']:.2f} then {td['tree'][i]['reward_late']:.2f}" for i in grew) or 'none'}).
-So the 20-step figure at G = 4 ({'one run' if len(grew) == 1 else 'runs'} drifting) is not the shape's cost alone, and how often a tree run drifts is not known from {len(td['seeds'])} seeds (chain's last-half row
+their chain runs ({', '.join(f"seed {td['seeds'][i]}: {td['tree'][i]['tokens_per_completion_late']:.0f} tokens a completion over the last half, row reward {td['tree'][i]['reward_early']:.2f} then {td['tree'][i]['reward_late']:.2f}" for i in grew) or 'none'}).
+{drift_said} (chain's last-half row
 rewards {', '.join(f"{r['reward_late']:.2f}" for r in td['chain'])}, the trees' {', '.join(f"{r['reward_late']:.2f}" for r in td['tree'])}).
 {repeat_line}
 {quote('trl_drift', ['tree_over_chain_tokens_per_completion', 'tree_over_chain_tokens_per_completion_late', 'per_seed_tree_over_chain', 'tree_repeat_over_chain_tokens_per_completion', 'per_seed_tree_repeat_over_chain'])}
@@ -757,12 +761,17 @@ turn.
             return (f"| {g} | {c['row_tokens']:.1f} / {c['reward']:.3f} | {f['row_tokens']:.1f} / {f['reward']:.3f} | "
                     f"{r['row_tokens']:.1f} / {r['reward']:.3f} | {f['tokens_ratio']:.2f} / {r['tokens_ratio']:.2f} | "
                     f"{f['signal']:.2f} / {r['signal']:.2f} ({c['signal']:.2f}) |")
+        longer = {e: [ef[f"early_forks_g{g}_within4{x}"]["row_tokens"] / ef[f"chain_g{g}"]["row_tokens"] - 1
+                      for g in (4, 8)] for e, x in (("fork_last", ""), ("repeat", "_repeat"))}
+        shown = {e: " and ".join(f"{100 * v:+.0f}%" for v in vs) for e, vs in longer.items()}
         w(f"""
-Why forked rows run longer: a branch that ends before its split hands the rows it still owes
-to a fork from its last turn (`on_end="fork_last"`, the default), a second chance at the move
-that ended it, so a group over-represents episodes that go on. With `on_end="repeat"` they are
-repeats of the ended row instead, and every row is, on its own, a sample of the policy's
-episodes. Row length and mean row reward, chain / fork_last / repeat, `within = 4`:
+The rule for a branch that ends before its split: `on_end="fork_last"` (the default) hands the
+rows it still owes to a fork from its last turn, a second chance at the move that ended it, so
+a group over-represents episodes that go on; `on_end="repeat"` makes them repeats of the ended
+row, so that every row is, on its own, a sample of the policy's episodes (split turns are
+fixed before the turns they split; `tests/test_early_forks.py` checks both on a coin-flip
+environment). Here a row's own model tokens against a chain row's, at G = 4 and 8:
+fork_last {shown['fork_last']}, repeat {shown['repeat']}. Row length and mean row reward, chain / fork_last / repeat, `within = 4`:
 
 | G | chain row tokens / reward | fork_last | repeat | tokens per row over chain's, fork_last / repeat | signal, fork_last / repeat (chain) |
 |---|---|---|---|---|---|

@@ -87,7 +87,7 @@ FIGURES = (
     Figure("server_backend_quick", ("bench/server_backend.py", "--quick"), True, 0.5),
     Figure("ray_scaling_quick", ("bench/ray_scaling.py", "--quick"), True, 1),
     Figure("trl_adapter_quick", ("bench/trl_adapter.py", "--quick"), True, 0.7),
-    Figure("early_forks", ("bench/early_forks.py",), True, 2),
+    Figure("early_forks", ("bench/early_forks.py",), True, 3),
     Figure("fuzz_quick", ("bench/fuzz.py", "--quick"), True, 0.2),
     Figure("crash_resume_quick", ("bench/crash_resume.py", "--quick"), True, 1),
     Figure("learning_quick", ("bench/learning.py", "--quick"), True, 6),

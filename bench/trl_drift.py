@@ -14,7 +14,9 @@ tasks are the same in every run; the seed changes the sampled episodes and so th
 Per run: generated tokens per completion over the whole run and over its last 10 steps, and
 the mean environment reward of its rows over its first and last 10 steps. Prints one line per
 run and, as its last line, one JSON object: ``tree_over_chain_tokens_per_completion`` (the
-ratio of the seeds' means), the same per seed, the last-10-step ratio, and each arm's rewards.
+ratio of the seeds' means), the same per seed (``per_seed_tree_over_chain``), the last-10-step
+ratio (``..._late``), the same three for ``tree_repeat`` (``tree_repeat_over_chain_...``,
+``per_seed_tree_repeat_over_chain``), and each arm's per-seed summaries under its name.
 
 Usage: ``python bench/trl_drift.py`` (about 5 minutes here) or ``--seeds 0 1 2 3``.
 """
@@ -52,7 +54,7 @@ def summary(run: dict[str, Any]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run chain and tree at G = 4 per seed; print a line per run and the JSON line."""
+    """Run chain, tree and tree_repeat at G = 4 per seed; a line per run, then the JSON line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--threads", type=int, default=2)

@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from treeroll.adapters.groups import EarlyForks, TreeGroups, rows_of
-from treeroll.base import Completion, GenerationRequest, SamplingParams
+from treeroll.adapters.groups import REPEATS, EarlyForks, TreeGroups, choose_leaves, rows_of
+from treeroll.base import Completion, GenerationRequest, SamplingParams, StrategyContext
 from treeroll.config import TrainConfig
 from treeroll.formatting import ByteTokenizer, TurnFormat
-from treeroll.tree import leaves, path_to
+from treeroll.tree import NodeStatus, RolloutTree, leaves, path_to
 
 EOS = ByteTokenizer.eos_token_id
 
@@ -84,14 +84,14 @@ def rewarded_share(groups: list[Any]) -> float:
 
 def test_repeat_rows_are_rewarded_as_often_as_policy_episodes(grown):
     # each row on its own is a policy episode: rewarded with probability 1/8
-    assert abs(rewarded_share(grown["repeat"]) - 1 / 8) < 0.035
+    assert abs(rewarded_share(grown["repeat"]) - 1 / 8) < 0.02
     turns = np.mean([leaf.depth for g in grown["repeat"] for leaf in g.leaves])
-    assert abs(turns - 1.75) < 0.12
+    assert abs(turns - 1.75) < 0.1
 
 
 def test_fork_last_over_represents_episodes_that_go_on(grown):
     # the second chance after an end: rows reach the reward far more often than episodes do
-    assert rewarded_share(grown["fork_last"]) > 1 / 8 + 0.08
+    assert rewarded_share(grown["fork_last"]) > 0.2
 
 
 def test_repeat_groups_are_exactly_g_rows_with_ended_branches_repeated(grown):
@@ -101,19 +101,46 @@ def test_repeat_groups_are_exactly_g_rows_with_ended_branches_repeated(grown):
         assert len(rows_of(group.tree)) == 4  # the tree holds every row, repeats included
         distinct = {leaf.id for leaf in group.leaves}
         repeated += len(group.leaves) - len(distinct)
+        tree_leaves = leaves(group.tree)
+        assert len(tree_leaves) + sum(n.info.get(REPEATS, 0) for n in tree_leaves) == 4
+        assert len(distinct) == len(tree_leaves)  # each leaf, repeated or not, is handed over
         for leaf, row in zip(group.leaves, group.trajectories, strict=True):
             assert row.node_path == [n.id for n in path_to(leaf)]  # a repeat is its leaf's row
         if len(group.tree.root.children) == 1 and group.tree.root.children[0].ended:
             assert len(distinct) == 1  # a chain that ended at its first turn: one row, 4 times
     assert repeated > 0
-    # repeats decode nothing: every row's turns were generated once, in the tree
-    generated = sum(len(n.action_ids) for g in grown["repeat"] for n in g.tree.nodes)
-    rows = sum(len(n.action_ids) for g in grown["repeat"] for leaf in g.leaves
-               for n in path_to(leaf)[1:])
-    assert generated < rows
-    assert all(len(leaves(g.tree)) <= 4 for g in grown["repeat"])
+    # repeats decode nothing: a tree holds only the nodes on its distinct leaves' paths
+    for group in grown["repeat"]:
+        on_paths = {n.id for leaf in leaves(group.tree) for n in path_to(leaf)}
+        assert on_paths == {n.id for n in group.tree.nodes}
 
 
 def test_early_forks_on_end_must_be_a_known_rule():
     with pytest.raises(ValueError, match="on_end is 'again'; valid: 'fork_last', 'repeat'"):
         EarlyForks(on_end="again")
+
+
+def test_choose_leaves_counts_a_repeated_leaf_once_per_row():
+    tree = RolloutTree.new(0, 0, 0, [], "root")
+    a, b = tree.add_child(tree.root, action_text="a"), tree.add_child(tree.root, action_text="b")
+    for node in (a, b):
+        node.status, node.terminated = NodeStatus.TERMINAL, True
+    a.info[REPEATS] = 2
+    assert [n.id for n in rows_of(tree)] == [a.id, a.id, a.id, b.id]
+    assert [n.id for n in choose_leaves(tree, 4)] == [a.id, a.id, a.id, b.id]
+    assert sorted(n.id for n in choose_leaves(tree, 2)) == [a.id, b.id]  # one per subtree
+
+
+@pytest.mark.parametrize("on_end", EarlyForks.ON_END)
+def test_a_failed_branch_is_never_repeated_and_forks_again_only_under_fork_last(on_end):
+    shape = EarlyForks(group_size=4, within=2, on_end=on_end)
+    tree = RolloutTree.new(0, 0, 0, [], "root")
+    ctx = StrategyContext(rng=np.random.default_rng(0), max_leaves=4, tokens_left=None)
+    assert shape.start(tree, ctx) == [tree.root]
+    failed = tree.add_child(tree.root, action_text="boom")
+    failed.status = NodeStatus.FAILED
+    frontier = shape.step(tree, [failed], ctx)
+    assert REPEATS not in failed.info  # a failed row is not handed over, nor repeated
+    # fork_last retries the move from the root for the 3 rows owed; repeat leaves all 4 rows
+    # to the adapter's top-up (fresh chains)
+    assert frontier == ([tree.root] if on_end == "fork_last" else [])

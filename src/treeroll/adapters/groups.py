@@ -11,11 +11,14 @@ for more, to explore wider), then makes every group exactly ``G``:
   order), so every first-turn branch that has leaves is represented before any gets a second;
 - **exactly G by construction**: ``shape=EarlyForks(group_size=G)`` grows one chain (or a
   few) and forks the other leaves from it in its first turns as it goes: nothing grown is
-  thrown away, and the forks run beside their chain;
+  thrown away, and the forks run beside their chain (with ``on_end="repeat"``, G rows: a leaf
+  may stand for several, :func:`rows_of`);
 - **fewer than G** (a pruning strategy, or a budget that ran out): the shortfall is filled by
   fresh chains from the same task, grafted onto the tree's root (:func:`graft`), marked
   ``info["top_up"]``: the group is still samples of the current policy, and the tree's credit
-  sees them. treeroll chose top-up chains over repeating a leaf, which would weight it twice.
+  sees them. treeroll chose top-up chains over repeating a leaf, which would weight it twice
+  (``EarlyForks(on_end="repeat")`` repeats a leaf on purpose: there the repeat is the row the
+  fork it replaces would have been).
 
 The credit treeroll's estimator gives each leaf (``advantage.*``, on the whole tree) comes with
 the group, for trainers that accept a precomputed advantage. A process scorer that learns from
@@ -30,7 +33,7 @@ import json
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -76,7 +79,8 @@ class LeafGroup:
 
     tree: RolloutTree
     leaves: list[Node]
-    """The chosen leaves, in row order."""
+    """The chosen leaves, in row order (a leaf repeated by ``EarlyForks(on_end="repeat")``
+    stands once per row)."""
     trajectories: list[Trajectory]
     """Each chosen leaf as token ids, environment mask and sampling logprobs."""
     credit: list[float | np.ndarray]
@@ -131,6 +135,10 @@ class EarlyForks:
       any tree); the price is fewer distinct rows, and a group of one repeated row when the
       chain ends before its first split. treeroll's own credit (``tree_credit``) is computed
       over the distinct leaves; a trainer normalising rewards over its G rows counts repeats.
+      A failed branch (its environment raised) is not repeated: the adapter's top-up replaces
+      its rows with fresh chains. Under a token budget that binds, a branch it cuts keeps one
+      row and the top-up's fresh chains replace the rows it owed, so long episodes are then
+      under-weighted: the claim holds without failures and with a budget that does not bind.
 
     Written for trainers that take exactly G rows per prompt (TRL, verl): nothing is grown to
     be thrown away, and forks run beside their branch as soon as it passes their turn, so a
@@ -143,7 +151,7 @@ class EarlyForks:
     group_size: int = 4
     chains: int = 1
     within: int = 4
-    on_end: str = "fork_last"
+    on_end: Literal["fork_last", "repeat"] = "fork_last"
 
     name: ClassVar[str] = "early_forks"
     ON_END: ClassVar[tuple[str, ...]] = ("fork_last", "repeat")
@@ -190,14 +198,15 @@ class EarlyForks:
                 split_at = parent.depth + int(ctx.rng.integers(1, self.within + 1))
             if node.ended or node.status != NodeStatus.ACTIVE:
                 # this branch is one leaf (a failed one drops out of the group, and the
-                # adapter's top-up replaces it: retrying here could fail for ever); the rest
-                # repeats it, or forks from the last turn before the end
-                if (owed > 1 and self.on_end == "repeat"
-                        and node.status not in NodeStatus.OUT_OF_GROUP):
-                    node.info[REPEATS] = node.info.get(REPEATS, 0) + owed - 1
-                elif owed > 1:
+                # adapter's top-up replaces it); what it still owes forks from its last turn
+                # (fork_last, a failed move retried there) or repeats it
+                if owed == 1:
+                    continue
+                if self.on_end == "fork_last":
                     enter(parent, owed - 1, None)
-                continue
+                elif node.status not in NodeStatus.OUT_OF_GROUP:
+                    node.info[REPEATS] = node.info.get(REPEATS, 0) + owed - 1
+                continue  # repeat, failed: the top-up's fresh chains replace all it owed
             if owed > 1 and node.depth >= split_at:
                 keep = (owed + 1) // 2
                 enter(node, keep, node.depth + int(ctx.rng.integers(1, self.within + 1)))

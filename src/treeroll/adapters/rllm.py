@@ -97,7 +97,8 @@ def episode_fields(group: LeafGroup, uid: str, task: Any = None, *,
         })
     return {"id": uid, "task": task, "trajectories": trajectories,
             "is_correct": any(t.success for t in group.trajectories),
-            "metrics": {"tree_leaves": len(group.leaves), "tree_nodes": len(group.tree.nodes),
+            "metrics": {"tree_leaves": len({leaf.id for leaf in group.leaves}),  # repeats once
+                        "tree_nodes": len(group.tree.nodes),
                         "tree_top_up": group.topped_up},
             "metadata": {"tree_id": group.tree.tree_id, "task_seed": group.tree.task_seed}}
 

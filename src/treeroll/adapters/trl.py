@@ -14,7 +14,9 @@ of the sampling distribution at TRL's ``temperature``.
 Rewards: pass :func:`env_reward` as the reward function (the environment's reward of the row);
 or :func:`tree_credit` to train on treeroll's estimator's credit (``advantage.*``, computed on
 the whole tree) instead: TRL then subtracts the group mean again (a no-op for a credit of mean
-zero) and, unless ``scale_rewards="none"``, divides by the group's std.
+zero; with ``EarlyForks(on_end="repeat")`` the credit is computed over the distinct leaves, so
+its mean over the rows is not zero and this re-centring changes it) and, unless
+``scale_rewards="none"``, divides by the group's std.
 
 Usage::
 
@@ -52,8 +54,8 @@ class TreeRolloutFunc:
     trainer's global step, the process and the mode: :meth:`_seed`). ``last_groups`` holds
     the last call's groups (their trees, for inspection or saving). ``early_forks``: grow
     each tree as :class:`~treeroll.adapters.groups.EarlyForks` (exactly ``num_generations``
-    leaves, sharing in the early turns) instead of ``config.strategy``; evaluation groups of
-    another size fork one chain.
+    rows, sharing in the early turns; with ``on_end="repeat"`` a leaf may fill several)
+    instead of ``config.strategy``; evaluation groups of another size fork one chain.
     """
 
     def __init__(self, config: TrainConfig, turn_format: TurnFormat, *, num_generations: int,
