@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from treeroll.cli.compare import t_interval
 from treeroll.cli.efficiency import target_section
 
 TREES = ("tree_grpo", "patr")
@@ -114,6 +115,14 @@ def section(results: dict[str, dict[str, Any]], quote: Callable[[str, list[str]]
     else:
         parts.append("*H5, the mechanism* (`python bench/advantage_variance.py`): **not "
                      "measured yet**.\n")
+    if "ablations_advantage" in results and "compare_hard" in results:
+        parts.append(ablation_part(results["ablations_advantage"]["result"], quote,
+                                   json.loads((root / "docs" / "compare_hard" / "results.json")
+                                              .read_text())))
+    else:
+        parts.append("*The advantage ablation* (`python bench/ablations.py --only "
+                     "tree_grpo+tree_advantage patr+tree_advantage`): **not measured yet** "
+                     "(about 45 minutes here).\n")
     if "compare_budget" not in results:
         parts.append(_missing("*H4, a binding budget*", "compare_budget", "about 90 minutes"))
     else:
@@ -291,3 +300,44 @@ def verdict_h5(av: dict[str, Any]) -> str:
     if len(below) == len(TREES):
         return "**refuted**: every tree's group is worth fewer chains per token than chain's"
     return "**not shown**: an interval holds 1"
+
+
+def ablation_line(name: str, variant: dict[str, Any], report: dict[str, Any]) -> str:
+    """One variant against its strategy's runs of the same seeds in the hard comparison's
+    report (``report``: its ``results.json``; a strategy's runs are in seed order): the
+    per-seed differences with their 95% t-interval, and whether that interval holds 0."""
+    same = [run["final_success"] for run in report[variant["strategy"]]["runs"]]
+    same = same[:len(variant["per_seed"])]
+    differences = [v - c for v, c in zip(variant["per_seed"], same, strict=True)]
+    mean, low, high = t_interval(differences)
+    if low > 0:
+        said = "higher, the interval of the paired difference above 0"
+    elif high < 0:
+        said = "lower, the interval of the paired difference below 0"
+    else:
+        said = "no measurable change (the interval of the paired difference holds 0)"
+    return (f"- `{name}` ({variant['strategy']}, {json.dumps(variant['change'])}): "
+            f"{variant['final']:.3f} {_interval(variant['ci95'])} against "
+            f"{sum(same) / len(same):.3f} on the same seeds "
+            f"({' / '.join(f'{v:.3f}' for v in variant['per_seed'])} against "
+            f"{' / '.join(f'{c:.3f}' for c in same)}); paired difference "
+            f"{100 * mean:+.1f} points [{100 * low:+.1f}, {100 * high:+.1f}]: {said}; groups "
+            f"with a signal {_share(variant['signal_groups'])}.")
+
+
+def ablation_part(ablations: dict[str, Any], quote: Callable[[str, list[str]], str],
+                  report: dict[str, Any]) -> str:
+    """The advantage ablation on hard FrozenLake: each variant beside its strategy's runs of
+    the same seeds in the comparison, the setting it changes named."""
+    names = [k for k, v in ablations.items() if isinstance(v, dict) and "per_seed" in v]
+    rows = [f"""*The advantage ablation* (`bench/ablations.py`, hard FrozenLake, seeds \
+{ablations['seeds'][0]}-{ablations['seeds'][-1]}, everything as the comparison but the one \
+setting named): the comparison trains every strategy with GRPO over a tree's leaves; \
+Tree-GRPO's paper uses its own estimator (`advantage.name: tree`: GRPO within each of \
+a task's first-level subtrees plus GRPO over all its leaves, summed). Each variant is set beside its \
+strategy's runs of the same seeds in the comparison.
+
+{quote("ablations_advantage", names)}
+"""]
+    rows += [ablation_line(name, ablations[name], report) for name in names]
+    return "\n".join(rows) + "\n"

@@ -8,6 +8,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 from readme_trees import (
+    ablation_line,
     collapsed_runs,
     scorer_line,
     verdict_h1,
@@ -107,3 +108,16 @@ def test_scorer_line_judges_patr_against_random_tree_by_their_intervals() -> Non
     below = scorer_line({"patr": _arm(ci=(0.3, 0.4)), "random_tree": _arm(ci=(0.5, 0.6))})
     assert "does worse than random scores" in below
     assert scorer_line({"patr": _arm()}) == ""
+
+
+def test_ablation_line_pairs_a_variant_with_its_strategys_runs_of_the_same_seeds() -> None:
+    report = {"patr": {"runs": [{"final_success": x} for x in (0.40, 0.50, 0.60, 0.10)]}}
+    variant = {"strategy": "patr", "change": {"advantage": {"name": "tree"}}, "final": 0.55,
+               "ci95": [0.4, 0.7], "per_seed": [0.45, 0.55, 0.65], "signal_groups": 0.5}
+    line = ablation_line("patr+tree_advantage", variant, report)
+    assert "against 0.500 on the same seeds" in line  # seeds 0-2 only, not the 4th run
+    assert "+5.0 points [+5.0, +5.0]" in line and "higher" in line
+    variant["per_seed"] = [0.35, 0.45, 0.55]
+    assert "lower" in ablation_line("v", variant, report)
+    variant["per_seed"] = [0.30, 0.60, 0.60]
+    assert "no measurable change" in ablation_line("v", variant, report)
