@@ -118,7 +118,7 @@ def section(results: dict[str, dict[str, Any]], quote: Callable[[str, list[str]]
     if "ablations_advantage" in results and "compare_hard" in results:
         parts.append(ablation_part(results["ablations_advantage"]["result"], quote,
                                    json.loads((root / "docs" / "compare_hard" / "results.json")
-                                              .read_text())))
+                                              .read_text()), root / "docs" / "ablations"))
     else:
         parts.append("*The advantage ablation* (`python bench/ablations.py --only "
                      "tree_grpo+tree_advantage patr+tree_advantage`): **not measured yet** "
@@ -326,18 +326,25 @@ def ablation_line(name: str, variant: dict[str, Any], report: dict[str, Any]) ->
 
 
 def ablation_part(ablations: dict[str, Any], quote: Callable[[str, list[str]], str],
-                  report: dict[str, Any]) -> str:
+                  report: dict[str, Any], reports: Path) -> str:
     """The advantage ablation on hard FrozenLake: each variant beside its strategy's runs of
-    the same seeds in the comparison, the setting it changes named."""
+    the same seeds in the comparison, the setting it changes named, and the variant's runs
+    that ended below their start (from its report in ``reports/<variant>/results.json``)."""
     names = [k for k, v in ablations.items() if isinstance(v, dict) and "per_seed" in v]
     rows = [f"""*The advantage ablation* (`bench/ablations.py`, hard FrozenLake, seeds \
 {ablations['seeds'][0]}-{ablations['seeds'][-1]}, everything as the comparison but the one \
 setting named): the comparison trains every strategy with GRPO over a tree's leaves; \
 Tree-GRPO's paper uses its own estimator (`advantage.name: tree`: GRPO within each of \
 a task's first-level subtrees plus GRPO over all its leaves, summed). Each variant is set beside its \
-strategy's runs of the same seeds in the comparison.
+strategy's runs of the same seeds in the comparison; three seeds resolve only large effects.
 
 {quote("ablations_advantage", names)}
 """]
-    rows += [ablation_line(name, ablations[name], report) for name in names]
+    for name in names:
+        rows.append(ablation_line(name, ablations[name], report))
+        own = reports / name / "results.json"
+        if own.is_file():
+            fell = collapsed_runs(json.loads(own.read_text()), [ablations[name]["strategy"]])
+            if fell:
+                rows.append(f"  In `{name}`: " + fell[0].lower() + fell[1:])
     return "\n".join(rows) + "\n"
