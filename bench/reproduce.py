@@ -54,7 +54,7 @@ RESULTS = ROOT / "docs" / "results"
 REMAKES = RESULTS / "_remakes.jsonl"
 """One line per figure ``--stale`` remade: what it did, when, on which commit."""
 WORKTREES = ROOT / ".remake"
-ALWAYS = ("pyproject.toml", "src/treeroll/policies", "src/treeroll/data")
+ALWAYS = ("pyproject.toml", "constraints.txt", "src/treeroll/policies", "src/treeroll/data")
 """What every figure depends on besides the files its run imported or read: the pinned
 dependencies, and the shipped policies and data, which are also read outside Python's
 ``open`` (safetensors maps weights from Rust; task files are copied by the sandbox)."""

