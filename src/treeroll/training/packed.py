@@ -202,7 +202,7 @@ def packed_backward(model: Any, items: Sequence[TrainItem], config: LossConfig,
             run.call([segment for segment, _ in batch], None, None, None)
     metrics = run.metrics
     tokens = max(metrics.pop("tokens"), 1.0)
-    for key in ("clip_fraction", "entropy", "kl"):
+    for key in ("clip_fraction", "entropy", "kl", "abs_log_ratio"):
         metrics[key] /= tokens
     return metrics
 
@@ -274,7 +274,7 @@ class _Run:
         self.forwarded = 0
         self.calls = 0
         self.metrics = {"loss": 0.0, "clip_fraction": 0.0, "entropy": 0.0, "kl": 0.0,
-                        "tokens": 0.0}
+                        "abs_log_ratio": 0.0, "tokens": 0.0}
 
     def call(self, segments: list[_Segment], past: KV | None, ref_past: KV | None,
              prefix_lengths: np.ndarray | None) -> None:
@@ -362,6 +362,8 @@ class _Run:
             self.metrics["tokens"] += float(count.sum())
             self.metrics["clip_fraction"] += float(clip_count.sum())
             self.metrics["entropy"] += float((entropy * count).sum())
+            self.metrics["abs_log_ratio"] += float(((logp - data["old"].to(logp.dtype)).abs()
+                                                    * count).sum())
             if ref_logp is not None:
                 delta = ref_logp - logp
                 self.metrics["kl"] += float(((torch.exp(delta) - delta - 1) * count).sum())

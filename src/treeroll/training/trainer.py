@@ -334,7 +334,10 @@ def _update(model: Any, optimizer: Any, items: list[TrainItem], config: TrainCon
     together: packing forwards their shared prefixes once); as many minibatches per epoch as
     ``optim.minibatches`` asks, at most one per group, each one optimiser step (one per turn
     depth with ``optim.turn_order: reverse``). Returns every metric averaged over the
-    minibatches, each weighted by its model tokens, and ``optimizer_steps``."""
+    minibatches, each weighted by its model tokens, ``optimizer_steps``, and
+    ``first_abs_log_ratio``: the mean |log(pi / pi_old)| per model token of the first
+    minibatch, before any step: 0 when the trainer's logprobs are the sampler's (PPO's first
+    ratio 1), its size the sampler-trainer mismatch otherwise."""
     if not items:
         return {"skipped": 1.0}
     # Ratios compare like with like: the update uses the temperature the rollout sampled at.
@@ -353,7 +356,7 @@ def _update(model: Any, optimizer: Any, items: list[TrainItem], config: TrainCon
         groups.setdefault(item.trajectory.group_id, []).append(item)
     members = list(groups.values())
     totals: dict[str, float] = {}
-    weight, steps = 0.0, 0
+    weight, steps, first = 0.0, 0, 0.0
     model.train()
     for _ in range(config.optim.ppo_epochs):
         order = rng.permutation(len(members))
@@ -371,6 +374,8 @@ def _update(model: Any, optimizer: Any, items: list[TrainItem], config: TrainCon
                 backward = expanded_backward
                 optimizer.zero_grad()
                 metrics = backward(model, batch, loss_config, ref_model)
+            if steps == 0:
+                first = metrics.get("abs_log_ratio", 0.0)
             metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(
                 model.parameters(), config.optim.max_grad_norm))
             optimizer.step()
@@ -381,6 +386,7 @@ def _update(model: Any, optimizer: Any, items: list[TrainItem], config: TrainCon
     model.eval()
     averaged = {key: total / max(weight, 1.0) for key, total in totals.items()}
     averaged["optimizer_steps"] = float(steps)
+    averaged["first_abs_log_ratio"] = first
     return averaged
 
 
