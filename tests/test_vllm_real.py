@@ -64,8 +64,9 @@ def test_the_conformance_suite_passes_on_the_real_vllm_engine(python: Path) -> N
     done = _pytest(python, "tests/test_backend_conformance.py", env=env)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     assert _outcomes(done.stdout) == {"passed": CONFORMANCE}, done.stdout[-3000:]
-    assert all("[vllm]" in line for line in done.stdout.splitlines()
-               if line.startswith("PASSED"))
+    passed = [line for line in done.stdout.splitlines() if line.startswith("PASSED ")]
+    assert len(passed) == CONFORMANCE and all("[vllm" in line for line in passed), \
+        passed
 
 
 def test_treeroll_on_the_real_vllm_engine(python: Path) -> None:

@@ -95,9 +95,10 @@ def _vllm_backend(config: Any, policy: Any) -> GenerationBackend:
     c = config.vllm
     dtype = str(policy.model.dtype).removeprefix("torch.") if c.dtype == "auto" else c.dtype
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(c.cpu_kvcache_gib))
+    extra = {} if c.block_size is None else {"block_size": c.block_size}
     return VLLMBackend(make_llm(folder, gpu_memory_utilization=c.gpu_memory_utilization,
                                 dtype=dtype, max_model_len=c.max_model_len,
-                                enforce_eager=c.enforce_eager))
+                                enforce_eager=c.enforce_eager, **extra))
 
 
 def _sglang_backend(config: Any, policy: Any) -> GenerationBackend:

@@ -72,6 +72,9 @@ class VLLMBackendConfig:
     max_model_len: int | None = checked(None, ge=16)
     enforce_eager: bool = False
     """Skip CUDA graphs / torch.compile (faster start, slower decoding)."""
+    block_size: int | None = checked(None, ge=1)
+    """Tokens per prefix-cache block (None: vLLM's, 128 on the CPU and 16 on GPUs); the cache
+    serves whole blocks, so smaller blocks re-feed less of a shared prefix."""
     cpu_kvcache_gib: int = checked(1, ge=1)
     """The CPU engine's KV cache, GiB (``VLLM_CPU_KVCACHE_SPACE``, when that is unset)."""
 
