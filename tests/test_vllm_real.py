@@ -73,3 +73,26 @@ def test_treeroll_on_the_real_vllm_engine(python: Path) -> None:
     done = _pytest(python, "tests/test_vllm_engine.py", env=vllm_env.environment())
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     assert _outcomes(done.stdout) == {"passed": ENGINE}, done.stdout[-3000:]
+
+
+def test_pips_resolver_accepts_the_gpu_vllm_extra(tmp_path: Path) -> None:
+    """``pip install '.[vllm]'`` resolves (a dry run: the GPU wheels are not installed here):
+    treeroll's ranges admit the torch and transformers GPU vLLM pins."""
+    if os.environ.get("TREEROLL_SKIP_VLLM") == "1":
+        pytest.skip("TREEROLL_SKIP_VLLM=1")
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--quiet",
+                           "--ignore-installed", "--report", str(report), "-e",
+                           f"{ROOT}[vllm]"], capture_output=True, text=True, timeout=1200)
+    if done.returncode != 0:
+        why = vllm_env._reachable()
+        if why is not None:
+            pytest.skip(why)
+    assert done.returncode == 0, done.stderr[-3000:]
+    import json
+
+    chosen = {item["metadata"]["name"].lower(): item["metadata"]["version"]
+              for item in json.loads(report.read_text())["install"]}
+    assert chosen["vllm"].startswith(("0.32.", "0.33.", "0.34."))
+    assert chosen["torch"].startswith(("2.13.", "2.14."))
+    assert "treeroll" in chosen

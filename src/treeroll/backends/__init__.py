@@ -83,6 +83,17 @@ def _llamacpp_backend(config: Any, policy: Any) -> GenerationBackend:
                            cache_ram_mib=c.cache_ram_mib, share_prompts=c.share_prompts)
 
 
+CPU_BLOCK_SIZE = 32
+"""``backend.vllm.block_size`` when unset on a machine without CUDA (the CPU engine)."""
+
+
+def torch_cuda_available() -> bool:
+    """Whether torch sees a CUDA device (vLLM then runs its GPU engine)."""
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
 def _vllm_backend(config: Any, policy: Any) -> GenerationBackend:
     import os
     import tempfile
@@ -95,7 +106,10 @@ def _vllm_backend(config: Any, policy: Any) -> GenerationBackend:
     c = config.vllm
     dtype = str(policy.model.dtype).removeprefix("torch.") if c.dtype == "auto" else c.dtype
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(c.cpu_kvcache_gib))
-    extra = {} if c.block_size is None else {"block_size": c.block_size}
+    block = c.block_size
+    if block is None and not torch_cuda_available():
+        block = CPU_BLOCK_SIZE
+    extra = {} if block is None else {"block_size": block}
     return VLLMBackend(make_llm(folder, gpu_memory_utilization=c.gpu_memory_utilization,
                                 dtype=dtype, max_model_len=c.max_model_len,
                                 enforce_eager=c.enforce_eager, **extra))

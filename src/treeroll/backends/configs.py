@@ -73,8 +73,11 @@ class VLLMBackendConfig:
     enforce_eager: bool = False
     """Skip CUDA graphs / torch.compile (faster start, slower decoding)."""
     block_size: int | None = checked(None, ge=1)
-    """Tokens per prefix-cache block (None: vLLM's, 128 on the CPU and 16 on GPUs); the cache
-    serves whole blocks, so smaller blocks re-feed less of a shared prefix."""
+    """Tokens per prefix-cache block; the cache serves whole blocks, so a request re-feeds
+    the part of its shared prefix past the last full one. None: 32 on the CPU engine (vLLM's
+    own 128 there re-fed so much that Tree-GRPO trees computed 1.59x their unique tokens
+    against 1.11x at 32, and rolled out slower: ``bench/vllm_cpu.py``), vLLM's default (16)
+    on GPUs."""
     cpu_kvcache_gib: int = checked(1, ge=1)
     """The CPU engine's KV cache, GiB (``VLLM_CPU_KVCACHE_SPACE``, when that is unset)."""
 
