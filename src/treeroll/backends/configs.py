@@ -77,7 +77,7 @@ class VLLMBackendConfig:
     the part of its shared prefix past the last full one. None: 32 on the CPU engine (vLLM's
     own 128 there re-fed so much that Tree-GRPO trees computed 1.59x their unique tokens
     against 1.11x at 32, and rolled out slower: ``bench/vllm_cpu.py``), vLLM's default (16)
-    on GPUs."""
+    on GPUs. The CPU engine takes multiples of 32 only."""
     cpu_kvcache_gib: int = checked(1, ge=1)
     """The CPU engine's KV cache, GiB (``VLLM_CPU_KVCACHE_SPACE``, when that is unset)."""
 
