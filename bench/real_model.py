@@ -11,9 +11,13 @@ with the turn cap its policy folder brings (128 tokens). Everything runs on the 
   (task seeds drawn from seed 42, as every held-out figure);
 * ``decode_tokens_per_s`` -- sampled tokens per second through the HF backend, 16 requests
   of 64 tokens at once on held-out prompts (``decode_tokens_per_s_batch1``: one request);
-* ``update_tokens_per_s`` -- tokens per second of a training forward + backward on expert
-  episodes (``sft_loss``, 4 sequences of up to 512 tokens), ``optimizer_step_s`` (AdamW,
-  fused), ``peak_rss_gib``;
+* ``update_tokens_per_s`` -- tokens per second of the trainer's packed RL update (forward +
+  backward; 4 expert episodes of up to 512 tokens as leaves of their own groups, their
+  sampling logprobs the model's), ``update_bf16_tokens_per_s`` the same with
+  ``optim.loss.compute_dtype: bfloat16``, against ``plain_fwd_bwd_tokens_per_s`` (transformers'
+  own ``labels=`` loss on the same tokens: logits at every position) and
+  ``sft_fwd_bwd_tokens_per_s`` (``sft_loss``); ``update_over_plain``; ``optimizer_step_s``
+  (AdamW, fused), ``peak_rss_gib``;
 * ``tree_over_chain_wall_per_leaf`` / ``tree_over_chain_computed_per_leaf`` and the token
   figures -- Tree-GRPO (M = 2, N = 2, L = 1) against independent chains matched to its
   leaves, task by task, on one HF backend each (``bench/rollout_cost.py``'s comparison, on
@@ -27,6 +31,8 @@ with the turn cap its policy folder brings (128 tokens). Everything runs on the 
 Without ``--quick`` it also runs SFT (``configs/smollm2_sft.yaml``) and RL from the SFT
 policy (``configs/smollm2_rl.yaml``) and adds ``sft_success``, ``rl_start_success``,
 ``rl_final_success`` (with 95% Wilson intervals) and the minutes each took.
+
+``--update-only`` measures the update speeds alone (the figure ``real_model_update``).
 
 Usage: ``python bench/real_model.py --quick``; the JSON object is the last line.
 """
@@ -59,9 +65,11 @@ from treeroll.envs import make_frozenlake  # noqa: E402
 from treeroll.policies import Policy, load_policy  # noqa: E402
 from treeroll.strategies import TreeGRPO  # noqa: E402
 from treeroll.training.evaluation import evaluate, task_pools  # noqa: E402
+from treeroll.training.loss import LossConfig, TrainItem  # noqa: E402
+from treeroll.training.packed import packed_backward  # noqa: E402
 from treeroll.training.sft import adamw, sft_loss  # noqa: E402
 from treeroll.training.sft_data import expert_episode  # noqa: E402
-from treeroll.tree import leaves, path_to  # noqa: E402
+from treeroll.tree import Trajectory, leaves, path_to  # noqa: E402
 
 NAME = "smollm2-135m-instruct"
 
@@ -83,8 +91,8 @@ def decode_rate(policy: Policy, prompts: list[list[int]], batch: int, tokens: in
     return sum(len(c.token_ids) for c in done) / seconds
 
 
-def update_rate(policy: Policy, seeds: np.ndarray) -> dict[str, float]:
-    """Forward + backward tokens per second on expert episodes, and one AdamW step."""
+def _episodes(policy: Policy, seeds: np.ndarray) -> list[Any]:
+    """Four expert episodes (the same tokens for every speed figure), cut to 512 tokens."""
     turn_format = policy.turn_format()
     rng = np.random.default_rng(0)
     examples = []
@@ -93,23 +101,89 @@ def update_rate(policy: Policy, seeds: np.ndarray) -> dict[str, float]:
                                  explain="words", safe_moves=True)
         examples.append(replace(example, ids=example.ids[:512],
                                 loss_mask=example.loss_mask[:512]))
-    model = policy.model.train()
-    optimizer = adamw(model, lr=1e-6, weight_decay=0.0)
+    return examples
+
+
+def _items(model: Any, examples: list[Any]) -> list[TrainItem]:
+    """The episodes as RL leaves (one group each), their sampling logprobs the model's own
+    (so the ratios start at 1), advantages +-1."""
+    items = []
+    for g, example in enumerate(examples):
+        first = example.loss_mask.index(1)
+        ids = list(example.ids)
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([ids])).logits[0, first - 1:-1].float()
+        logp = torch.log_softmax(logits, -1).gather(
+            -1, torch.tensor(ids[first:])[:, None]).squeeze(-1).tolist()
+        mask = list(example.loss_mask[first:])
+        trajectory = Trajectory(
+            prompt_ids=ids[:first], response_ids=ids[first:], response_mask=mask,
+            response_logprobs=[lp if m else 0.0 for lp, m in zip(logp, mask, strict=True)],
+            reward=float(g % 2), group_id=g, tree_id=g, node_path=[0], leaf_status="done",
+            success=bool(g % 2), num_turns=1)
+        items.append(TrainItem(trajectory, 1.0 if g % 2 else -1.0))
+    return items
+
+
+def _timed(run: Any, model: Any) -> float:
+    """Seconds of ``run()`` (forward + backward), the second of two calls (the first warms
+    the allocator)."""
     timings = []
-    for _ in range(2):  # the first call warms the allocator
-        optimizer.zero_grad(set_to_none=True)
+    for _ in range(2):
+        model.zero_grad(set_to_none=True)
         start = time.perf_counter()
-        loss, _ = sft_loss(model, examples, pad_token_id=policy.tokenizer.pad_token_id or 0)
-        loss.backward()
+        run()
         timings.append(time.perf_counter() - start)
+    return timings[-1]
+
+
+def update_rate(policy: Policy, seeds: np.ndarray) -> dict[str, float]:
+    """Forward + backward tokens per second on the same expert episodes, in one run: the
+    trainer's packed RL update (float32 and bfloat16 compute), a plain transformers forward
+    + backward (``labels=`` loss, logits at every position), and SFT's loss; one AdamW step."""
+    examples = _episodes(policy, seeds)
+    model = policy.model
+    items = _items(model.eval(), examples)
+    model.train()
+    pad = policy.tokenizer.pad_token_id or 0
+    tokens = sum(len(e.ids) for e in examples)
+    longest = max(len(e.ids) for e in examples)
+    ids = torch.full((len(examples), longest), pad, dtype=torch.long)
+    labels = torch.full((len(examples), longest), -100, dtype=torch.long)
+    for row, example in enumerate(examples):
+        ids[row, :len(example.ids)] = torch.tensor(example.ids)
+        labels[row, :len(example.ids)] = torch.tensor(example.ids)
+
+    def packed(dtype: str) -> Any:
+        config = LossConfig(micro_batch_tokens=4096, compute_dtype=dtype)
+        return lambda: packed_backward(model, items, config)
+
+    def plain() -> None:
+        model(input_ids=ids, labels=labels).loss.backward()
+
+    def sft() -> None:
+        sft_loss(model, examples, pad_token_id=pad)[0].backward()
+
+    seconds = {"update": _timed(packed("float32"), model),
+               "update_bf16": _timed(packed("bfloat16"), model),
+               "plain": _timed(plain, model), "sft": _timed(sft, model)}
+    optimizer = adamw(model, lr=1e-6, weight_decay=0.0)
     start = time.perf_counter()
     optimizer.step()
     step = time.perf_counter() - start
     model.eval()
     optimizer.zero_grad(set_to_none=True)
-    tokens = sum(len(e.ids) for e in examples)
-    return {"update_tokens_per_s": round(tokens / timings[-1], 1),
-            "update_tokens": tokens, "optimizer_step_s": round(step, 2)}
+    rates = {k: round(tokens / v, 1) for k, v in seconds.items()}
+    return {"update_tokens_per_s": rates["update"],
+            "update_bf16_tokens_per_s": rates["update_bf16"],
+            "plain_fwd_bwd_tokens_per_s": rates["plain"],
+            "sft_fwd_bwd_tokens_per_s": rates["sft"],
+            "update_over_plain": round(rates["update"] / rates["plain"], 4),
+            "update_bf16_over_plain": round(rates["update_bf16"] / rates["plain"], 4),
+            "update_tokens": tokens,
+            "update_model_tokens": sum(sum(e.loss_mask) for e in examples),
+            "optimizer_step_s": round(step, 2),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def logprob_gap(policy: Policy, prompts: list[list[int]], *, tokens: int = 32
@@ -214,8 +288,17 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip-llamacpp", action="store_true")
     parser.add_argument("--runs-dir", default="runs/real_model")
+    parser.add_argument("--update-only", action="store_true",
+                        help="only the update speeds (update_rate), a minute or two")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.update_only:
+        config = with_policy_defaults(TrainConfig(), NAME)
+        train_seeds, _ = task_pools(config.env, config.eval)
+        result = update_rate(load_policy(NAME), train_seeds)
+        result.update(policy=NAME, threads=args.threads)
+        print(json.dumps(result))
+        return
     tasks = args.tasks
     begin = time.perf_counter()
 

@@ -488,3 +488,50 @@ def test_arpo_hard_is_grpos_gradient_unless_clipping_or_seq_mean_tells_them_apar
            for s in settings}
     assert gap["unclipped"] < 1e-6, gap
     assert gap["clipped"] > 1e-2 and gap["seq_mean"] > 1e-2, gap
+
+
+def test_the_head_runs_only_where_a_model_token_is_predicted() -> None:
+    """The output head sees one hidden state per predicted model token (summed over calls),
+    not one per forwarded position, and the result is the expanded update's (above)."""
+    rng = random.Random(11)
+    items = items_of([random_tree(rng, g, depth=3, width=2) for g in range(2)])
+    model, _ = models(torch.float32)
+    seen: list[int] = []
+    hook = model.get_output_embeddings().register_forward_hook(
+        lambda module, args, out: seen.append(out.shape[0]))
+    try:
+        packed_backward(model, items, LossConfig())
+    finally:
+        hook.remove()
+    forwarded = unique_tokens(items)
+    predicted = sum(out for out in seen)
+    assert 0 < predicted < forwarded
+    trie_model_tokens = set()  # the trie's keys: (token, mask, logprob) along the path
+    for it in items:
+        t = it.trajectory
+        path = [(token, 0, 0.0) for token in t.prompt_ids]
+        for token, m, lp in zip(t.response_ids, t.response_mask, t.response_logprobs,
+                                strict=True):
+            path.append((token, m, lp))
+            if m:
+                trie_model_tokens.add((t.group_id, tuple(path)))
+    assert predicted == len(trie_model_tokens)  # each trie model token predicted once
+
+
+def test_bfloat16_compute_stays_close_to_float32() -> None:
+    rng = random.Random(12)
+    items = items_of([random_tree(rng, g, depth=3, width=2) for g in range(2)])
+    grads = {}
+    metrics = {}
+    for dtype in ("float32", "bfloat16"):
+        model, _ = models(torch.float32)
+        model.zero_grad()
+        metrics[dtype] = packed_backward(model, items, LossConfig(compute_dtype=dtype))
+        grads[dtype] = torch.cat([p.grad.flatten() for p in model.parameters()
+                                  if p.grad is not None])
+        assert all(p.dtype == torch.float32 for p in model.parameters())  # master weights
+    assert metrics["bfloat16"]["loss"] == pytest.approx(metrics["float32"]["loss"], rel=0.05)
+    cosine = float(torch.nn.functional.cosine_similarity(grads["float32"], grads["bfloat16"],
+                                                         dim=0))
+    assert cosine > 0.98
+    assert not torch.equal(grads["float32"], grads["bfloat16"])  # bfloat16 really ran

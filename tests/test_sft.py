@@ -141,6 +141,20 @@ def test_sft_loss_counts_model_tokens_only(tiny_model, word_tokenizer) -> None: 
     assert torch.allclose(loss, reference, atol=1e-5)
 
 
+def test_sft_loss_of_a_padded_batch_is_the_sum_of_its_rows(tiny_model, word_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """The head runs at the rows' own masked positions only (ragged, padded): the batch's
+    summed loss is the rows' summed losses."""
+    turn_format = TurnFormat(word_tokenizer)
+    rng = np.random.default_rng(1)
+    examples = [expert_episode(make_frozenlake("rllm"), seed, turn_format, rng)
+                for seed in (3, 11)]
+    assert len(examples[0].ids) != len(examples[1].ids)
+    both, count = sft_loss(tiny_model, examples, normaliser=1)
+    alone = [sft_loss(tiny_model, [e], normaliser=1) for e in examples]
+    assert count == sum(c for _, c in alone)
+    assert torch.allclose(both, sum(loss for loss, _ in alone), atol=1e-4)
+
+
 class _LakeWithOldExpert:
     """rLLM FrozenLake behind an expert written before ``safe_moves`` (its ``expert_reply``
     takes ``explain`` only); records the task seeds it is reset to in ``seen``."""

@@ -40,6 +40,12 @@ class LossConfig:
     trainer sets it from ``rollout.temperature``)."""
     micro_batch_tokens: int = checked(16384, ge=1)
     """Tokens forwarded at once (padding included); bounds activation memory."""
+    compute_dtype: str = checked("float32", choices=("float32", "bfloat16"))
+    """The packed update's forward and backward: ``float32``, or ``bfloat16`` under
+    ``torch.autocast`` with the weights, the optimiser and the loss's softmax kept in float32
+    (faster where the CPU has native bfloat16, e.g. AVX512-BF16 or AMX: ``bench/real_model.py``
+    measures both; elsewhere it can be slower). The sampler's logprobs stay float32, so the
+    first PPO ratio is then 1 only within bfloat16 rounding."""
     objective: str = "ppo_clip"
     """A name in :data:`POLICY_LOSSES`: ``ppo_clip``, PPO's clipped surrogate.
     ``truncated_is`` (SAO's off-policy correction, as treeroll reads it): the policy gradient

@@ -138,6 +138,10 @@ def attention_forward(module: Any, query: torch.Tensor, key: torch.Tensor,
     if attention_mask is not None:
         raise ValueError(f"{IMPLEMENTATION} attention expects no attention mask; it is only "
                          "meant for treeroll's packed update")
+    device = query.device.type
+    if torch.is_autocast_enabled(device):  # rotary embeddings leave q and k in float32
+        dtype = torch.get_autocast_dtype(device)
+        query, key, value = (t.to(dtype) for t in (query, key, value))
     groups = query.shape[1] // key.shape[1]
     if groups > 1:  # grouped-query attention: repeat the key/value heads
         key = key.repeat_interleave(groups, dim=1)

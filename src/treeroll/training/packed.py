@@ -53,6 +53,7 @@ from treeroll.backends.weights import model_device
 from treeroll.credit.objectives import policy_loss
 from treeroll.training import attention
 from treeroll.training.attention import tree_attention
+from treeroll.training.heads import HeadReshaped, check_logits, head_at
 from treeroll.training.loss import LossConfig, TrainItem, token_weights
 
 __all__ = ["PackingUnsupported", "packed_backward", "supports_packing", "unique_tokens",
@@ -271,6 +272,7 @@ class _Run:
         self.config = config
         self.budget = budget
         self.keys_per_token = _keys_per_token(model)
+        self.bfloat16 = config.compute_dtype == "bfloat16"
         self.forwarded = 0
         self.calls = 0
         self.metrics = {"loss": 0.0, "clip_fraction": 0.0, "entropy": 0.0, "kl": 0.0,
@@ -300,12 +302,13 @@ class _Run:
         if self.ref_model is not None:
             with torch.no_grad():
                 ref_logp_all, ref_layers = _forward(self.ref_model, ids, positions, ref_past,
-                                                    self.config.temperature, extra)
-                ref_logp = ref_logp_all[rows, cols, targets]
+                                                    self.config.temperature, extra, rows, cols,
+                                                    self.bfloat16)
+                ref_logp = ref_logp_all.gather(-1, targets[:, None]).squeeze(-1)
                 del ref_logp_all
         logp_all, layers = _forward(self.model, ids, positions, past, self.config.temperature,
-                                    extra)
-        loss = self._loss(logp_all, rows, cols, targets, data, ref_logp)
+                                    extra, rows, cols, self.bfloat16)
+        loss = self._loss(logp_all, targets, data, ref_logp)
         del logp_all
         # Children, depth first: this call's KV goes down as detached leaves; each child row
         # gathers its own path (the real prefix keys of its parent row, then the parent's
@@ -336,12 +339,12 @@ class _Run:
         if outputs[0].requires_grad or len(outputs) > 1:
             torch.autograd.backward(outputs, grads)
 
-    def _loss(self, logp_all: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
-              targets: torch.Tensor, data: dict[str, torch.Tensor],
-              ref_logp: torch.Tensor | None) -> torch.Tensor:
-        """Sum over this call's predictions of the aggregated per-token loss; adds metrics."""
+    def _loss(self, logp_all: torch.Tensor, targets: torch.Tensor,
+              data: dict[str, torch.Tensor], ref_logp: torch.Tensor | None) -> torch.Tensor:
+        """Sum over this call's predictions of the aggregated per-token loss; adds metrics.
+        ``logp_all``: ``[predictions, vocab]``."""
         config = self.config
-        logp = logp_all[rows, cols, targets]  # [predictions]
+        logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)  # [predictions]
         ratio = torch.exp(logp - data["old"].to(logp.dtype))
         objective = policy_loss(config)
         positive = data["positive"].to(logp.dtype)
@@ -354,7 +357,7 @@ class _Run:
                 torch.exp(delta) - delta - 1)
         total = loss.sum()
         with torch.no_grad():
-            entropy = -(logp_all.exp() * logp_all).sum(-1)[rows, cols]
+            entropy = -(logp_all.exp() * logp_all).sum(-1)
             clip_count = objective.packed_flagged(
                 ratio, count, data["count_positive"].to(logp.dtype),
                 data["count_negative"].to(logp.dtype), config)
@@ -398,9 +401,14 @@ def _gather(layers: KV, rows: np.ndarray, index: torch.Tensor) -> KV:
 
 
 def _forward(model: Any, ids: torch.Tensor, positions: torch.Tensor, past: KV | None,
-             temperature: float, extra: dict[str, torch.Tensor]
-             ) -> tuple[torch.Tensor, KV]:
-    """Log-probabilities ``[batch, longest, vocab]`` and the KV per layer (prefix + segment)."""
+             temperature: float, extra: dict[str, torch.Tensor], rows: torch.Tensor,
+             cols: torch.Tensor, bfloat16: bool = False) -> tuple[torch.Tensor, KV]:
+    """Log-probabilities ``[predictions, vocab]`` at the positions ``(rows, cols)`` that
+    predict a model token, and the KV per layer (prefix + segment).
+
+    The output head and the softmax over the vocabulary run only at those positions
+    (:mod:`treeroll.training.heads`). ``bfloat16``:
+    the forward under ``torch.autocast`` (``LossConfig.compute_dtype``)."""
     from transformers import DynamicCache
 
     # Right padding needs no attention mask: under the causal attention a real token never sees
@@ -411,14 +419,20 @@ def _forward(model: Any, ids: torch.Tensor, positions: torch.Tensor, past: KV | 
     ids, positions = ids.to(device), positions.to(device)
     extra = {name: value.to(device) for name, value in extra.items()}
     calls = attention.CALLS[0]
-    out = model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True, **extra)
+    with head_at(model, rows, cols), \
+            torch.autocast(device.type, dtype=torch.bfloat16, enabled=bfloat16):
+        out = model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True, **extra)
     if past and attention.CALLS[0] == calls:
         raise PackingUnsupported(
             f"{type(model).__name__} did not call transformers' attention interface, so a "
             "cached prefix would be attended with the wrong causal mask; train it with "
             "optim.packed false")
-    logp_all = torch.log_softmax(out.logits.float() / temperature, dim=-1)
-    return logp_all, [(layer.keys, layer.values) for layer in out.cache.layers]
+    try:
+        check_logits(model, out.logits, len(rows))
+    except HeadReshaped as error:
+        raise PackingUnsupported(f"{error}; train it with optim.packed false") from None
+    logp = torch.log_softmax(out.logits.float() / temperature, dim=-1)
+    return logp, [(layer.keys, layer.values) for layer in out.cache.layers]
 
 
 def _predictions(segments: list[_Segment]

@@ -25,9 +25,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from treeroll.backends.weights import model_device
 from treeroll.checks import checked
 from treeroll.config import EnvConfig, EvalConfig, PolicyConfig
 from treeroll.engine.batch import RolloutConfig
+from treeroll.training.heads import check_logits, head_at
 from treeroll.training.sft_data import SFTExample, batches_by_tokens
 
 __all__ = ["SFTConfig", "SFTDataConfig", "SFTOptimConfig", "SFTState", "copy_policy_folder",
@@ -183,11 +185,15 @@ def sft_loss(model: Any, examples: list[SFTExample], pad_token_id: int = 0,
         ids = torch.tensor(example.ids)
         input_ids[row, : len(ids)] = ids
         labels[row, : len(ids)] = torch.where(torch.tensor(example.loss_mask) == 1, ids, -100)
-    logits = model(input_ids=input_ids).logits[:, :-1]  # [batch, tokens - 1, vocab]
     targets = labels[:, 1:]
-    total = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
-                                              targets.reshape(-1), reduction="sum")
-    count = int((targets != -100).sum())
+    rows, cols = (targets != -100).nonzero(as_tuple=True)  # hidden t predicts token t + 1
+    rows, cols = rows.to(model_device(model)), cols.to(model_device(model))
+    with head_at(model, rows, cols):  # the head and softmax only where the loss reads them
+        logits = model(input_ids=input_ids.to(model_device(model))).logits
+    check_logits(model, logits, len(rows))
+    total = torch.nn.functional.cross_entropy(logits.float(), targets[rows.cpu(), cols.cpu()]
+                                              .to(logits.device), reduction="sum")
+    count = len(rows)
     return total / max(normaliser or count, 1), count
 
 

@@ -1,0 +1,47 @@
+"""The output head at the positions that need it: logits only where a token is predicted.
+
+A causal LM's forward computes logits over the whole vocabulary at every position; a
+trainer needs them only where its loss reads them (the model's own tokens: about one position
+in six of a FrozenLake context). For a 49k-word vocabulary the head and the softmax at every
+position were most of the time and memory of a training forward. transformers' own
+``logits_to_keep`` selects positions shared by every row, not a ragged set per row, so
+treeroll gathers the hidden states the head is given with a forward pre-hook on the model's
+output embeddings: whatever the model does after its head (a logit soft-cap) still applies,
+and tied weights stay one parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+__all__ = ["HeadReshaped", "check_logits", "head_at"]
+
+
+class HeadReshaped(RuntimeError):
+    """The model reshaped its head's output, so logits at chosen positions cannot be had."""
+
+
+@contextmanager
+def head_at(model: Any, rows: torch.Tensor, cols: torch.Tensor) -> Iterator[None]:
+    """Within the block, ``model(...)``'s head runs only on ``hidden[rows, cols]``: its
+    ``logits`` come out ``[len(rows), vocab]`` (check with :func:`check_logits`)."""
+    head = model.get_output_embeddings()
+    hook = head.register_forward_pre_hook(
+        lambda module, args: (args[0][rows, cols], *args[1:]))
+    try:
+        yield
+    finally:
+        hook.remove()
+
+
+def check_logits(model: Any, logits: torch.Tensor, count: int) -> None:
+    """Raise :class:`HeadReshaped` unless ``logits`` is ``[count, vocab]``."""
+    if logits.dim() != 2 or logits.shape[0] != count:
+        raise HeadReshaped(f"{type(model).__name__} reshaped its head's output "
+                           f"({tuple(logits.shape)}), so its logits cannot be computed at the "
+                           "predicted positions alone")
+
