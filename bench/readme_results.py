@@ -860,6 +860,7 @@ Lost steps {cr['lost_steps']}, steps logged twice {cr['duplicated_steps']}; the 
 weights are the uninterrupted run's: **{'met' if cr['resumed_ok'] and cr['lost_steps'] == 0 and cr['duplicated_steps'] == 0 else 'not met'}**.
 """)
 
+QUOTED[:] = list(dict.fromkeys(QUOTED))  # a figure quoted in two places counts once
 stale_names = [n for n in QUOTED if stale(n)]
 summary = (f"**{len(QUOTED)} figures quoted: {len(QUOTED) - len(stale_names)} current, "
            f"{len(stale_names)} stale**" + (f" ({', '.join(f'`{n}`' for n in stale_names)})"
