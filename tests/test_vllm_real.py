@@ -11,6 +11,7 @@ had (a resolver conflict of treeroll's own making, say) fails.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -89,8 +90,6 @@ def test_pips_resolver_accepts_the_gpu_vllm_extra(tmp_path: Path) -> None:
         if why is not None:
             pytest.skip(why)
     assert done.returncode == 0, done.stderr[-3000:]
-    import json
-
     chosen = {item["metadata"]["name"].lower(): item["metadata"]["version"]
               for item in json.loads(report.read_text())["install"]}
     assert chosen["vllm"].startswith(("0.32.", "0.33.", "0.34."))
