@@ -72,6 +72,8 @@ from treeroll.training.sft_data import expert_episode  # noqa: E402
 from treeroll.tree import Trajectory, leaves, path_to  # noqa: E402
 
 NAME = "smollm2-135m-instruct"
+CONVENTION_SAFE = ("frozenlake rllm (non-slippery, sizes 2-9, its turn limits), the "
+                   "cell_coordinates_safe view, held-out seeds from 42, greedy evaluation")
 
 
 def _say(text: str) -> None:
@@ -276,6 +278,47 @@ def trained(args: argparse.Namespace) -> dict[str, Any]:
             "rl_separated": rl["final_eval"]["ci95_low"] > rl["start_eval"]["ci95_high"]}
 
 
+def _figure(result: dict[str, Any]) -> dict[str, Any]:
+    """One evaluation's success, 95% Wilson interval, well-formed share and task count."""
+    return {"success": result["success_rate"],
+            "ci95": [round(result["ci95_low"], 3), round(result["ci95_high"], 3)],
+            "format_ok": result.get("format_ok"), "tasks": result["tasks"]}
+
+
+def rl_run(args: argparse.Namespace, init: str | None = None) -> dict[str, Any]:
+    """``configs/smollm2_rl.yaml`` (from its own start, the shipped ``smollm2-frozenlake``,
+    unless ``init`` names another): held-out success before and after, the minutes, and per
+    step the rollout and update seconds, the tokens and the groups with a signal."""
+    from treeroll.cli.commands import _parse
+    from treeroll.training.trainer import train
+
+    runs = str(Path(args.runs_dir))
+    rl_config = _parse(TrainConfig, ["--config", "configs/smollm2_rl.yaml", "--runs-dir", runs,
+                                     *(["--policy.init", init] if init else [])],
+                       "", command="train")
+    start = time.perf_counter()
+    rl = train(rl_config)
+    rl_minutes = (time.perf_counter() - start) / 60
+    metrics = [json.loads(line) for line in
+               (Path(runs) / rl_config.name / "metrics.jsonl").read_text().splitlines()]
+    steps = [m for m in metrics if "rollout_seconds" in m]
+    mean = lambda key: round(statistics.fmean(float(m[key]) for m in steps), 3)
+    return {"rl_start_success": _figure(rl["start_eval"]),
+            "rl_final_success": _figure(rl["final_eval"]),
+            "rl_gain": round(rl["final_eval"]["success_rate"]
+                             - rl["start_eval"]["success_rate"], 4),
+            "rl_separated": rl["final_eval"]["ci95_low"] > rl["start_eval"]["ci95_high"],
+            "rl_minutes": round(rl_minutes, 1), "rl_steps": rl["steps"],
+            "rl_step_rollout_s": mean("rollout_seconds"),
+            "rl_step_update_s": mean("update_seconds"),
+            "rl_signal_groups": mean("signal_groups"),
+            "rl_train_success_first_last": [round(steps[0]["success_rate"], 3),
+                                            round(steps[-1]["success_rate"], 3)],
+            "rl_generated_tokens": rl["generated_tokens"],
+            "rl_start": init or rl_config.policy.init, "rl_lr": rl_config.optim.lr,
+            "rl_tasks_per_step": rl_config.optim.tasks_per_step}
+
+
 def main() -> None:
     """Measure, print a table and the JSON line last."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -290,8 +333,17 @@ def main() -> None:
     parser.add_argument("--runs-dir", default="runs/real_model")
     parser.add_argument("--update-only", action="store_true",
                         help="only the update speeds (update_rate), a minute or two")
+    parser.add_argument("--rl-only", action="store_true",
+                        help="only the RL run of configs/smollm2_rl.yaml from the shipped "
+                             "start, with its held-out figures (figure real_model_rl)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.rl_only:
+        result = rl_run(args)
+        result.update(policy="smollm2-frozenlake", threads=args.threads,
+                      convention=CONVENTION_SAFE)
+        print(json.dumps(result))
+        return
     if args.update_only:
         config = with_policy_defaults(TrainConfig(), NAME)
         train_seeds, _ = task_pools(config.env, config.eval)

@@ -119,6 +119,7 @@ FIGURES = (
     Figure("real_model", ("bench/real_model.py",), False, 75),
     Figure("vllm_cpu", ("bench/vllm_cpu.py",), False, 25),
     Figure("real_model_update", ("bench/real_model.py", "--update-only"), False, 2),
+    Figure("real_model_rl", ("bench/real_model.py", "--rl-only"), False, 120),
     Figure("trl_adapter", ("bench/trl_adapter.py",), False, 3.5),
     Figure("trl_drift", ("bench/trl_drift.py",), False, 5),
 )

@@ -20,6 +20,7 @@ from treeroll.policies import check_policy_files, load_policy, resolve_policy
 from treeroll.policies.fetch import REAL_POLICIES, RegistryUnavailable, policy_gguf, real_policy
 from treeroll.strategies import Chain
 from treeroll.tree import leaves, path_to
+from treeroll.views import VIEWS
 
 NAME = "smollm2-135m-instruct"
 
@@ -90,3 +91,29 @@ def _backend(policy):  # type: ignore[no-untyped-def]
     from treeroll.backends.hf import HFBackend
 
     return HFBackend(policy.model, pad_token_id=policy.tokenizer.pad_token_id or 0)
+
+
+def test_shipped_smollm2_frozenlake_is_an_adapter_that_loads_merged_and_plays(
+        folder: Path) -> None:
+    """``smollm2-frozenlake``: the package holds the LoRA adapter alone (megabytes, not the
+    538 MB model); loading merges it into the registry's SmolLM2, which then reads the
+    cell_coordinates_safe view and, greedy, copies the header line and writes an action that
+    the environment accepts, one that does not land in a hole."""
+    shipped = resolve_policy("smollm2-frozenlake")
+    meta = json.loads((shipped / "treeroll.json").read_text())
+    assert meta["base"] == NAME and meta["view"] == "cell_coordinates_safe"
+    assert (shipped / "adapter_model.safetensors").stat().st_size < 12 * 2**20
+    assert not (shipped / "model.safetensors").exists()
+    policy, base = load_policy("smollm2-frozenlake"), load_policy(NAME)
+    assert type(policy.model) is type(base.model) and policy.parameters == base.parameters
+    fmt = policy.turn_format()
+    batch = rollout([500_000], lambda: make_frozenlake("rllm", max_turns=1), _backend(policy),
+                    fmt, Chain(group_size=1),
+                    config=RolloutConfig(max_turn_tokens=48, temperature=0.0))
+    turn = path_to(leaves(batch.trees[0])[0])[1]
+    seen = VIEWS.get(policy.view)(make_frozenlake("rllm").reset(500_000), True)
+    header = next(line for line in seen.split("\n") if line.startswith("P@"))
+    assert turn.action_text.startswith(header), (turn.action_text, header)
+    assert not turn.info.get("format_error")
+    moved = turn.info["action_names"][0]
+    assert moved in header.split(" safe ")[1].split(), (moved, header)

@@ -30,6 +30,7 @@ from treeroll.credit.objectives import POLICY_LOSSES, LossConfig
 from treeroll.engine import AllocatorConfig, RolloutConfig
 from treeroll.envs import EnvConfig
 from treeroll.policies import policy_defaults
+from treeroll.policies.lora import LoraSettings
 from treeroll.policies.model import ModelConfig
 from treeroll.registry import Registry
 from treeroll.scorers import ScorerConfig
@@ -85,6 +86,9 @@ class PolicyConfig:
     drops a system message (Gemma's, Phi-3's); treeroll refuses such a template without it."""
     warm_start_batch: int = checked(16, ge=1)
     """Episodes per warm-start step."""
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    """``treeroll sft`` only: train a LoRA adapter over ``init`` (``rank`` > 0) and write the
+    adapter alone as the policy folder (``treeroll.policies.lora``)."""
 
 
 @dataclass
@@ -424,6 +428,12 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
         backend = config.backend.name
         found += continuous_problems(config.rollout, backend, backend_streams(backend),
                                      "--rollout.")
+    if "policy" in sections and isinstance(getattr(config, "optim", None), OptimConfig) \
+            and config.policy.lora.rank:
+        found.append(("--policy.lora.rank", f"is {config.policy.lora.rank}; treeroll train "
+                      "updates every weight of the policy (an adapter folder as "
+                      "--policy.init is merged first); adapters are trained by treeroll sft: "
+                      "set it to 0"))
     if {"optim", "env"} <= sections and isinstance(config.optim, OptimConfig):  # not SFT's
         per_step = config.optim.tasks_per_step
         if per_step > config.env.train_tasks:
@@ -529,7 +539,8 @@ def _init_problems(init: str | None) -> list[tuple[str, str]]:
     if init is None or init in SHIPPED or init in REAL_POLICIES:
         return []
     folder = Path(init)
-    if (folder / "config.json").is_file() or (folder / "policy" / "config.json").is_file():
+    if any((place / name).is_file() for place in (folder, folder / "policy")
+           for name in ("config.json", "adapter_config.json")):
         return []
     what = ("a run folder without an exported policy" if (folder / "config.yaml").is_file()
             else "no such folder" if not folder.exists() else "a folder without config.json")

@@ -27,6 +27,7 @@ import torch
 
 from treeroll.base import Env, GridEnv, TurnLimitedEnv, VocabularyEnv
 from treeroll.formatting import TurnFormat
+from treeroll.policies.lora import is_adapter_folder, merge_adapter, save_adapter
 from treeroll.policies.model import build_model, build_word_tokenizer, load_policy_files
 from treeroll.views import CELL_WORD_PATTERN, VIEWS
 
@@ -35,7 +36,7 @@ __all__ = ["SHIPPED", "Policy", "build_policy", "check_context_length", "check_p
            "save_policy", "shipped_policies"]
 
 
-SHIPPED = ("frozenlake-tiny",)
+SHIPPED = ("frozenlake-tiny", "smollm2-frozenlake")
 """Names of the policies shipped inside the package."""
 
 _META_FILE = "treeroll.json"
@@ -75,7 +76,12 @@ def generation_eos_ids(model: Any) -> tuple[int, ...]:
 
 def shipped_policies() -> list[str]:
     """Names of the shipped policies whose files are present in this installation."""
-    return [name for name in SHIPPED if (_shipped_dir(name) / "config.json").is_file()]
+    return [name for name in SHIPPED if _has_policy(_shipped_dir(name))]
+
+
+def _has_policy(folder: Path) -> bool:
+    """Whether ``folder`` holds a model (``config.json``) or an adapter over one."""
+    return (folder / "config.json").is_file() or is_adapter_folder(folder)
 
 
 def _shipped_dir(name: str) -> Path:
@@ -98,7 +104,7 @@ def resolve_policy(spec: str) -> Path:
 
     if spec in SHIPPED:
         folder = _shipped_dir(spec)
-        if not (folder / "config.json").is_file():
+        if not _has_policy(folder):
             raise FileNotFoundError(f"policy.init {spec!r}: the shipped policy's files are "
                                     f"missing from {folder}; make it with `treeroll sft "
                                     "--config configs/sft_frozenlake.yaml`")
@@ -111,14 +117,16 @@ def resolve_policy(spec: str) -> Path:
                                 f"({', '.join([*SHIPPED, *REAL_POLICIES])}) nor a folder: pass "
                                 "a folder written by save_pretrained, treeroll sft or treeroll "
                                 "train (nothing is downloaded from a model hub)")
-    if not (folder / "config.json").is_file() and (folder / "config.yaml").is_file():
+    if not _has_policy(folder) and (folder / "config.yaml").is_file():
         exported = folder / "policy"
-        if not (exported / "config.json").is_file():
+        if not _has_policy(exported):
             raise FileNotFoundError(f"policy.init {spec!r} is a run folder without an exported "
                                     f"policy ({exported}/config.json): a run exports it when "
                                     "it finishes; finish it with --resume, or use its "
                                     "checkpoint where a command takes --run")
         folder = exported
+    if is_adapter_folder(folder):
+        return folder  # its base is checked when it is loaded (load_policy)
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"policy.init {spec!r} is a folder without a model "
                                 "(config.json)")
@@ -161,6 +169,9 @@ def policy_defaults(spec: str | None) -> dict[str, Any]:
         meta = json.loads((folder / _META_FILE).read_text())
     except (OSError, ValueError):
         return {}
+    if isinstance(meta, dict) and "defaults" not in meta and isinstance(meta.get("base"), str) \
+            and meta["base"] != spec:
+        return policy_defaults(meta["base"])  # an adapter brings its base's settings
     defaults = meta.get("defaults", {}) if isinstance(meta, dict) else {}
     return defaults if isinstance(defaults, dict) else {}
 
@@ -176,21 +187,40 @@ def load_policy(spec: str, view: str | None = None) -> Policy:
         meta = json.loads((folder / _META_FILE).read_text())
     chosen = view or meta.get("view", "plain")
     VIEWS.get(chosen)  # fails with the valid names
+    if is_adapter_folder(folder):
+        base = meta.get("base")
+        if not isinstance(base, str) or Path(base).resolve() == folder.resolve():
+            raise ValueError(f"policy.init {spec!r}: the adapter folder {folder} does not name "
+                             "its base policy (treeroll.json's \"base\")")
+        base_policy = load_policy(base, chosen)
+        model, tokenizer = merge_adapter(base_policy.model, folder), base_policy.tokenizer
+        meta = {**base_policy.meta, **meta}
+        return Policy(model.eval(), tokenizer, chosen, meta,
+                      system_in_user=bool(meta.get("system_in_user", False)))
     model, tokenizer = load_policy_files(folder)
     return Policy(model.eval(), tokenizer, chosen, meta,
                   system_in_user=bool(meta.get("system_in_user", False)))
 
 
 def save_policy(policy: Policy, path: str | Path, *, card: str | None = None,
-                meta: dict[str, Any] | None = None) -> Path:
+                meta: dict[str, Any] | None = None, adapter: Any = None,
+                base: str | None = None) -> Path:
     """Write ``policy`` as a policy folder: model (safetensors), tokenizer, ``treeroll.json``
-    (its view and ``meta``) and, if given, the model card ``README.md``."""
+    (its view and ``meta``) and, if given, the model card ``README.md``. With ``adapter``
+    (the ``peft`` wrapper :func:`treeroll.policies.lora.add_lora` returned) only the adapter
+    is written, and ``treeroll.json`` names ``base``, the policy it adapts."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    policy.model.save_pretrained(path)
-    policy.tokenizer.save_pretrained(path)
+    if adapter is not None:
+        if not base:
+            raise ValueError("save_policy: an adapter needs the name of its base policy")
+        save_adapter(adapter, path, base)  # the tokenizer and the weights are the base's
+    else:
+        policy.model.save_pretrained(path)
+        policy.tokenizer.save_pretrained(path)
     turn = {"view": policy.view, "system_in_user": policy.system_in_user,
-            **({"defaults": policy.meta["defaults"]} if "defaults" in policy.meta else {})}
+            **({"defaults": policy.meta["defaults"]} if "defaults" in policy.meta else {}),
+            **({"base": base} if adapter is not None else {})}
     (path / _META_FILE).write_text(json.dumps({**turn, **(meta or {})}, indent=2) + "\n")
     if card is not None:
         (path / "README.md").write_text(card)

@@ -114,6 +114,10 @@ class SFTOptimConfig:
     micro_batch_tokens: int = checked(4096, ge=1)
     """Padded tokens per forward pass (a step's examples are split by length; the gradient
     is that of the whole step)."""
+    compute_dtype: str = checked("float32", choices=("float32", "bfloat16"))
+    """The forward and backward's compute: ``bfloat16`` runs them under ``torch.autocast``
+    (the weights, the optimiser and the loss's softmax stay float32), as the RL update's
+    ``optim.loss.compute_dtype``: about 1.6x the speed on a CPU with native bfloat16."""
 
 
 
@@ -153,10 +157,12 @@ class SFTConfig:
 
 
 def adamw(model: Any, lr: float, weight_decay: float) -> torch.optim.AdamW:
-    """AdamW over ``model``'s parameters, fused (one kernel over all of them: on two CPU
+    """AdamW over ``model``'s trainable parameters (a LoRA adapter's alone over a frozen base),
+    fused (one kernel over all of them: on two CPU
     cores a step over SmolLM2-135M's parameters takes ~1.3 s fused against ~10 s with the
     default per-tensor loop; the update is the same rule)."""
-    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, fused=True)
+    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr,
+                             weight_decay=weight_decay, fused=True)
 
 
 def lr_factor(step: int, config: SFTOptimConfig) -> float:
@@ -232,11 +238,13 @@ def sft_steps(model: Any, optimizer: Any, batches: Callable[[np.random.Generator
         optimizer.zero_grad()
         total = 0.0
         for micro in batches_by_tokens(examples, config.micro_batch_tokens):
-            loss, _ = sft_loss(model, micro, pad_token_id, normaliser=count)
+            with torch.autocast(model_device(model).type, dtype=torch.bfloat16,
+                                enabled=config.compute_dtype == "bfloat16"):
+                loss, _ = sft_loss(model, micro, pad_token_id, normaliser=count)
             loss.backward()
             total += float(loss.detach())
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(),
-                                                         config.max_grad_norm))
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(
+            [p for p in model.parameters() if p.requires_grad], config.max_grad_norm))
         optimizer.step()
         state.step = step + 1
         record = {"step": step + 1, "loss": total, "lr": optimizer.param_groups[0]["lr"],

@@ -25,6 +25,7 @@ from treeroll.checks import ConfigError
 from treeroll.config import PolicyConfig, check_config, config_to_dict
 from treeroll.formatting import TurnFormat
 from treeroll.policies import Policy, build_policy, check_context_length, save_policy
+from treeroll.policies.lora import add_lora
 from treeroll.training.evaluation import Reporter, Silent, evaluate, pool_words, task_pools
 from treeroll.training.lifecycle import Lifecycle
 from treeroll.training.runfolder import (
@@ -167,7 +168,11 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
     """Run (or resume) ``treeroll sft``; returns the summary also written to
     ``summary.json``."""
     reporter = reporter or Silent()
-    check_config(config, config.data.problems())
+    lora = config.policy.lora
+    check_config(config, config.data.problems() + (
+        [("--policy.lora.rank", f"is {lora.rank}, but --policy.init is null: an adapter "
+          "adapts a pretrained policy; name one, or set the rank to 0")]
+        if lora.rank and not config.policy.init else []))
     life = Lifecycle(config, resumable=_resumable_changes(config))
     folder, resolved = life.folder, life.resolved
     _check_export(config.export, folder.path / "policy")
@@ -178,6 +183,7 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
                           make_env, folder.path / "tokenizer" if config.resume else None,
                           system_in_user=config.policy.system_in_user)
     check_context_length(policy, make_env, config.rollout.max_turn_tokens, held_out)
+    adapter = add_lora(policy.model, lora) if lora.rank else None  # policy.model adapted
     turn_format = policy.turn_format()
     skipped: list[str] = []
     batches = make_batches(config.data, make_env, turn_format, len(policy.tokenizer),
@@ -227,7 +233,7 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
         _loop(config, folder, model, optimizer, batches, state, summary, held_out_eval,
               checkpoint, policy.tokenizer.pad_token_id or 0, reporter)
     checkpoint()
-    return _finish(config, folder, policy, summary, held_out_eval, reporter)
+    return _finish(config, folder, policy, summary, held_out_eval, reporter, adapter)
 
 
 def _resumable_changes(config: SFTConfig) -> tuple[str, ...]:
@@ -267,8 +273,10 @@ def _loop(config: SFTConfig, folder: RunFolder, model: Any, optimizer: Any,
 
 
 def _finish(config: SFTConfig, folder: RunFolder, policy: Policy, summary: dict[str, Any],
-            held_out_eval: Callable[[int], dict[str, float]], reporter: Reporter
-            ) -> dict[str, Any]:
+            held_out_eval: Callable[[int], dict[str, float]], reporter: Reporter,
+            adapter: Any = None) -> dict[str, Any]:
+    """The final evaluation, the policy folder (the adapter alone when there is one), the
+    export and ``summary.json``."""
     if config.eval.tasks:
         reporter.phase(f"evaluating the fine-tuned policy on {config.eval.tasks} "
                        f"{pool_words(config.eval)} tasks", config.eval.tasks)
@@ -276,13 +284,15 @@ def _finish(config: SFTConfig, folder: RunFolder, policy: Policy, summary: dict[
         append_jsonl(folder.metrics, {"step": config.optim.steps, "final": True,
                                       "eval": summary["final_eval"]})
     policy.model.eval()
-    summary.update(steps=config.optim.steps, params=policy.parameters, commit=_git_commit())
+    summary.update(steps=config.optim.steps, params=policy.parameters, commit=_git_commit(),
+                   trainable_params=sum(p.numel() for p in policy.model.parameters()
+                                        if p.requires_grad))
     meta = {"made_by": {"command": "treeroll sft", "config": config_to_dict(config),
                         "commit": summary["commit"]},
             "eval": {k: summary[k] for k in ("start_eval", "final_eval") if k in summary},
             "params": policy.parameters}
     target = save_policy(policy, folder.path / "policy", card=model_card(config, summary),
-                         meta=meta)
+                         meta=meta, adapter=adapter, base=config.policy.init)
     if config.export:
         copy_policy_folder(target, Path(config.export))
         summary["exported_to"] = config.export
@@ -303,7 +313,12 @@ def model_card(config: SFTConfig, summary: dict[str, Any]) -> str:
              + ("" if config.policy.init else
                 f" (Llama, {model.num_layers} layers, width {model.hidden_size}, "
                 f"{model.num_heads} heads, MLP {model.intermediate_size})")
-             + f"; {summary.get('params', 0):,} parameters; observation view "
+             + f"; {summary.get('params', 0):,} parameters"
+             + (f" ({summary.get('trainable_params', 0):,} trained: a LoRA adapter of rank "
+                f"{config.policy.lora.rank}, alpha {config.policy.lora.alpha:g}, on "
+                f"{', '.join(config.policy.lora.targets)}; this folder holds the adapter, "
+                "merged into its base when loaded)" if config.policy.lora.rank else "")
+             + "; observation view "
              f"`{config.policy.view or 'plain'}`.",
              f"- Data: {_describe_data(config)}; {summary.get('examples', 0):,} examples, "
              f"{summary.get('trained_tokens', 0):,} trained tokens.",
@@ -313,10 +328,7 @@ def model_card(config: SFTConfig, summary: dict[str, Any]) -> str:
              f"- Time: {summary.get('train_seconds', 0.0) / 60:.1f} min of training and "
              f"{summary.get('eval_seconds', 0.0) / 60:.1f} min of evaluation "
              f"({torch.get_num_threads()} CPU threads).", "",
-             "## Held-out figures", "",
-             f"Environment `{config.env.name}`; held-out task seeds drawn from seed "
-             f"{config.eval.seed}, never in the training pool (seed {config.env.task_seed}, "
-             f"{config.env.train_tasks} tasks); greedy decoding; 95% Wilson intervals.", "",
+             *_pool_lines(config),
              "| | success | 95% interval | well-formed replies | tasks |",
              "|---|---|---|---|---|"]
     for key in ("start_eval", "final_eval"):
@@ -326,6 +338,18 @@ def model_card(config: SFTConfig, summary: dict[str, Any]) -> str:
                          f"[{e['ci95_low']:.3f}, {e['ci95_high']:.3f}] | {e['format_ok']:.3f} | "
                          f"{e['tasks']} |")
     return "\n".join(lines) + "\n"
+
+
+def _pool_lines(config: SFTConfig) -> list[str]:
+    """The model card's heading and sentence on which tasks its figures come from."""
+    pool = config.eval.pool
+    where = (f"held-out task seeds drawn from seed {config.eval.seed}" if pool == "held_out"
+             else f"validation task seeds drawn from seed {config.eval.validation_seed} "
+                  "(the pool settings are chosen on; reported figures use the held-out pool)")
+    return [f"## {'Held-out' if pool == 'held_out' else 'Validation'} figures", "",
+            f"Environment `{config.env.name}`; {where}, never in the training pool (seed "
+            f"{config.env.task_seed}, {config.env.train_tasks} tasks); greedy decoding; 95% "
+            "Wilson intervals.", ""]
 
 
 def _describe_data(config: SFTConfig) -> str:

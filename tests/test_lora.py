@@ -1,0 +1,93 @@
+"""LoRA adapters (``policy.lora``): SFT trains and writes the adapter alone; loading merges it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.test_sft import _tiny_config
+from treeroll.checks import ConfigError
+from treeroll.config import PolicyConfig, TrainConfig, check_config
+from treeroll.policies import load_policy, policy_defaults
+from treeroll.policies.lora import LoraSettings, add_lora
+from treeroll.training.sft import SFTOptimConfig
+from treeroll.training.sft_run import run_sft
+
+
+def _base(tmp_path: Path) -> Path:
+    """A tiny full policy folder (one SFT step from scratch) to adapt."""
+    run_sft(_tiny_config(tmp_path, name="base", optim=SFTOptimConfig(steps=1, warmup_steps=0)))
+    return tmp_path / "runs" / "base" / "policy"
+
+
+def _adapted(tmp_path: Path, base: Path, name: str, steps: int, resume: bool = False) -> Path:
+    config = _tiny_config(tmp_path, name=name, resume=resume,
+                          policy=PolicyConfig(init=str(base), lora=LoraSettings(rank=4,
+                                                                                alpha=8)),
+                          optim=SFTOptimConfig(steps=steps, lr=3e-2, warmup_steps=0,
+                                               schedule="constant", micro_batch_tokens=256))
+    run_sft(config)
+    return tmp_path / "runs" / name / "policy"
+
+
+def _logits(model: torch.nn.Module) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids=torch.arange(2, 12)[None]).logits[0]
+
+
+def test_lora_sft_writes_the_adapter_alone_and_loading_merges_it_into_the_base(
+        tmp_path: Path) -> None:
+    base = _base(tmp_path)
+    folder = _adapted(tmp_path, base, "adapted", steps=3)
+    names = {p.name for p in folder.iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors", "treeroll.json"} <= names
+    assert "model.safetensors" not in names and "config.json" not in names
+    assert json.loads((folder / "treeroll.json").read_text())["base"] == str(base)
+
+    merged, plain = load_policy(str(folder)), load_policy(str(base))
+    assert type(merged.model) is type(plain.model)  # a plain model again, no peft wrapper
+    assert all(p.requires_grad for p in merged.model.parameters())  # RL trains every weight
+    assert merged.view == plain.view
+    # the adapter's own product, applied by hand, is what the merged weights added
+    adapter = load_file(folder / "adapter_model.safetensors")
+    a = next(v for k, v in adapter.items() if "q_proj.lora_A" in k)
+    b = next(v for k, v in adapter.items() if "q_proj.lora_B" in k)
+    assert b.abs().max() > 0  # trained (peft starts B at zero)
+    delta = (merged.model.model.layers[0].self_attn.q_proj.weight
+             - plain.model.model.layers[0].self_attn.q_proj.weight)
+    torch.testing.assert_close(delta, (8 / 4) * b @ a, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(merged.model.get_input_embeddings().weight,
+                               plain.model.get_input_embeddings().weight)  # not adapted
+    assert not torch.allclose(_logits(merged.model), _logits(plain.model))
+    assert policy_defaults(str(folder)) == policy_defaults(str(base))
+
+
+def test_lora_sft_resumes_to_the_same_adapter_as_an_uninterrupted_run(tmp_path: Path) -> None:
+    base = _base(tmp_path)
+    straight = _adapted(tmp_path, base, "straight", steps=4)
+    _adapted(tmp_path, base, "split", steps=2)
+    split = _adapted(tmp_path, base, "split", steps=4, resume=True)
+    one, two = (load_file(f / "adapter_model.safetensors") for f in (straight, split))
+    assert one.keys() == two.keys()
+    for key in one:
+        torch.testing.assert_close(one[key], two[key], rtol=0, atol=0)
+
+
+def test_lora_is_refused_without_a_base_in_train_and_on_unknown_modules(
+        tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"--policy\.lora\.rank.*--policy\.init is null"):
+        run_sft(_tiny_config(tmp_path, name="scratch", policy=replace(
+            _tiny_config(tmp_path).policy, lora=LoraSettings(rank=4))))
+    assert not (tmp_path / "runs" / "scratch").exists()
+    train = TrainConfig()
+    train.policy = replace(train.policy, lora=LoraSettings(rank=4))
+    with pytest.raises(ConfigError, match=r"--policy\.lora\.rank.*treeroll train"):
+        check_config(train)
+    model = load_policy(str(_base(tmp_path))).model
+    with pytest.raises(ValueError, match=r"policy.lora.targets: \['qkv'\] match no module"):
+        add_lora(model, LoraSettings(rank=2, targets=("qkv",)))
