@@ -330,7 +330,7 @@ shipped start `smollm2-frozenlake` (the registry's SmolLM2 with the LoRA adapter
 master weights), {rr["rl_tasks_per_step"]} tasks a step, learning rate {rr["rl_lr"]:g}, HF backend. FrozenLake
 in rLLM's convention (its rules, sizes 2-9, its turn limits) read through the
 `cell_coordinates_safe` view (cell words; each observation's header names the player's and the
-goal's cells and the moves that do not land in a hole: `docs/smollm2_recipe/README.md` says
+goal's cells and the moves that do not land in a hole: `docs/smollm2_recipe.md` says
 why and what that view alone is worth); 256 held-out tasks drawn from seed 42, greedy, 95%
 Wilson intervals; one seed (0). Settings were not tuned on the validation pool (one 2-step
 pilot sized the steps).

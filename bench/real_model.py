@@ -33,6 +33,10 @@ policy (``configs/smollm2_rl.yaml``) and adds ``sft_success``, ``rl_start_succes
 ``rl_final_success`` (with 95% Wilson intervals) and the minutes each took.
 
 ``--update-only`` measures the update speeds alone (the figure ``real_model_update``).
+``--rl-only`` runs ``configs/smollm2_rl.yaml`` alone, from the shipped start
+``smollm2-frozenlake`` (the figure ``real_model_rl``): ``rl_start_success`` and
+``rl_final_success`` on 256 held-out tasks, ``rl_gain``, ``rl_separated``, the minutes and
+per-step means (rollout and update seconds, groups with a signal).
 
 Usage: ``python bench/real_model.py --quick``; the JSON object is the last line.
 """
@@ -265,15 +269,10 @@ def trained(args: argparse.Namespace) -> dict[str, Any]:
     rl = train(rl_config)
     rl_minutes = (time.perf_counter() - start) / 60
 
-    def figure(result: dict[str, Any]) -> dict[str, Any]:
-        return {"success": result["success_rate"],
-                "ci95": [round(result["ci95_low"], 3), round(result["ci95_high"], 3)],
-                "format_ok": result.get("format_ok"), "tasks": result["tasks"]}
-
-    return {"sft_success": figure(sft["final_eval"]), "sft_minutes": round(sft_minutes, 1),
-            "sft_steps": sft["steps"],
-            "rl_start_success": figure(rl["start_eval"]),
-            "rl_final_success": figure(rl["final_eval"]), "rl_minutes": round(rl_minutes, 1),
+    return {"sft_success": _figure(sft["final_eval"]), "sft_minutes": round(sft_minutes, 1),
+            "sft_steps": sft["steps"], "sft_pool": sft_config.eval.pool,
+            "rl_start_success": _figure(rl["start_eval"]),
+            "rl_final_success": _figure(rl["final_eval"]), "rl_minutes": round(rl_minutes, 1),
             "rl_steps": rl["steps"],
             "rl_separated": rl["final_eval"]["ci95_low"] > rl["start_eval"]["ci95_high"]}
 

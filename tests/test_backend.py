@@ -318,3 +318,29 @@ def test_load_weights_replaces_the_weights_and_forgets_the_cache(tiny_model, wor
     assert out.prefill_tokens == len(prompt)  # nothing cached under the old weights is reused
     from treeroll.base import UpdatableBackend
     assert isinstance(backend, UpdatableBackend)
+
+
+def test_a_prefills_last_logits_do_not_depend_on_how_many_share_its_batch(
+        word_tokenizer) -> None:
+    """The prefill runs the head on the last positions alone, padded to LAST_ROWS rows: each
+    row's logits are bit for bit those of a plain forward with every position's logits,
+    whether the row is prefilled alone or with others. (A head of this shape over one row
+    takes another CPU kernel, ~3e-7 off: LAST_ROWS = 1 fails here; the sampled logprobs,
+    kept in float32, hide most of that, the SAO test's gradients did not.)"""
+    from treeroll.backends.hf.cache import growing_cache
+    from treeroll.policies.model import ModelConfig, build_model
+
+    vocab = 2048  # a real head's shape, wider than the word vocabulary
+    model = build_model(vocab, ModelConfig(hidden_size=128, num_layers=1, num_heads=4,
+                                           intermediate_size=256, seed=0),
+                        pad_token_id=0, eos_token_id=1).eval()
+    backend = HFBackend(model)
+    ids = torch.randint(4, vocab, (5, 12), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        full = model(input_ids=ids).logits[:, -1]  # every position's logits, then the last
+        for rows in (1, 5):
+            positions = torch.arange(12).expand(rows, 12)
+            last = backend._forward(ids[:rows], torch.ones(rows, 12, dtype=torch.long),
+                                    positions, growing_cache(), last_only=True)
+            assert last.shape == (rows, 1, vocab)
+            assert torch.equal(last[:, 0], full[:rows])

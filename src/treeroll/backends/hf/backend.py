@@ -50,6 +50,10 @@ from treeroll.base import Completion, GenerationRequest, SamplingParams
 
 __all__ = ["HFBackend"]
 
+LAST_ROWS = 16
+"""The fewest rows a prefill's head runs on (:meth:`HFBackend._forward`): enough that the CPU
+takes the same matrix-product kernel however many requests share the batch."""
+
 class HFBackend:
     """Generation with a transformers causal LM on the CPU (or one GPU), KV reuse included.
 
@@ -68,7 +72,6 @@ class HFBackend:
                  max_kept_logits_bytes: int = 256 * 2**20, replay: bool = True,
                  join_fraction: float = 0.25, join_wait: int = 4) -> None:
         self.model = model
-        self._logits_to_keep: bool | None = None  # see _keeps_logits
         self.positions = int(getattr(getattr(model, "config", None), "max_position_embeddings",
                                      0) or 0)
         self.max_batch_size = max_batch_size
@@ -353,22 +356,38 @@ class HFBackend:
         # same tokens on any device given the same logits); the KV cache stays on the model's
         # device. On the CPU both moves are no-ops.
         device = model_device(self.model)
+        kwargs = {"input_ids": input_ids.to(device), "attention_mask": mask.to(device),
+                  "position_ids": positions.to(device), "cache": cache, "use_cache": True}
+        if not last_only:
+            return self.model(**kwargs).logits.float().cpu()
         # A prefill needs the last position's logits alone (rows are left-padded): with a
         # real model's vocabulary the head over every position is most of the memory (64
-        # prompts of 600 tokens: 7.5 GB of float32 logits for SmolLM2) and a fifth of the work
-        keep = {"logits_to_keep": 1} if last_only and self._keeps_logits() else {}
-        out = self.model(input_ids=input_ids.to(device), attention_mask=mask.to(device),
-                         position_ids=positions.to(device), cache=cache, use_cache=True, **keep)
-        return out.logits.float().cpu()
+        # prompts of 600 tokens: 7.5 GB of float32 logits for SmolLM2) and a fifth of the
+        # work. The head runs on the last hidden states, padded to at least LAST_ROWS rows:
+        # a matrix product over one row takes another kernel on the CPU, whose rounding
+        # differs (~1e-6), and a request's logits must not depend on how many share its batch
+        # (tests/test_backend.py); from a few rows on, each row's logits are those the full
+        # head gives it.
+        batch = input_ids.shape[0]
 
-    def _keeps_logits(self) -> bool:
-        """Whether the model's forward takes transformers' ``logits_to_keep``."""
-        if self._logits_to_keep is None:
-            import inspect
+        def last(module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+            hidden = args[0][:, -1]  # [batch, hidden]
+            filler = hidden.new_zeros(max(LAST_ROWS - batch, 0), hidden.shape[1])
+            return (torch.cat([hidden, filler]), *args[1:])
 
-            self._logits_to_keep = "logits_to_keep" in inspect.signature(
-                self.model.forward).parameters
-        return self._logits_to_keep
+        head = getattr(self.model, "get_output_embeddings", lambda: None)()
+        if head is None:  # a model without a separate head: the full logits
+            return self.model(**kwargs).logits.float().cpu()
+        hook = head.register_forward_pre_hook(last)
+        try:
+            logits = self.model(**kwargs).logits
+        finally:
+            hook.remove()
+        if logits.dim() != 2 or logits.shape[0] != max(batch, LAST_ROWS):
+            raise RuntimeError(f"{type(self.model).__name__} reshaped its head's output "
+                               f"({tuple(logits.shape)}): the HF backend cannot take the last "
+                               "position's logits alone from it")
+        return logits[:batch, None].float().cpu()  # [batch, 1, vocab]
 
     def _sample(self, logits: torch.Tensor, rows: list[_Row],
                 params: SamplingParams) -> torch.Tensor:
