@@ -1,7 +1,10 @@
-"""Regenerate the README's Results section from ``docs/results/*.json``.
+"""Regenerate the site's results page and the README's headline table from
+``docs/results/*.json``.
 
-A maintainer's helper, run after ``bench/reproduce.py``: every figure in the section is copied
-from a stored result (never typed), and whether each target is met is computed from it.
+A maintainer's helper, run after ``bench/reproduce.py``: every figure on the page
+(``docs/results.md``) is copied from a stored result (never typed), and whether each target is
+met is computed from it; the README's table of headline results (between its ``headline
+results`` markers) is made the same way and links to the page.
 
     python bench/readme_results.py
 
@@ -10,6 +13,7 @@ A figure whose dependencies changed since its commit is quoted with a stale labe
 """
 import functools
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -63,7 +67,7 @@ PACKED_HOWTO = 'How it works (`treeroll/training/packed.py`, `treeroll/training/
 
 out = []
 w = out.append
-w("""## Results
+w("""# Results
 
 Measured on this project's 2-core CPU machine, no GPU, by `python bench/reproduce.py`
 (`--quick` for the quick figures, `--full` for all): each figure below is the last JSON line
@@ -889,14 +893,59 @@ Lost steps {cr['lost_steps']}, steps logged twice {cr['duplicated_steps']}; the 
 weights are the uninterrupted run's: **{'met' if cr['resumed_ok'] and cr['lost_steps'] == 0 and cr['duplicated_steps'] == 0 else 'not met'}**.
 """)
 
+HEADLINE_START, HEADLINE_END = "<!-- headline results -->", "<!-- end headline results -->"
+
+
+def headline() -> str:
+    """The README's table: one row per headline figure, its state, a link to its section."""
+    rows = []
+
+    def row(name: str, what: str, value: str, anchor: str) -> None:
+        if name in R:
+            state = "stale" if stale(name) else "current"
+            rows.append(f"| {what} | {value} | [{name}](docs/results.md#{anchor}) ({state}) |")
+
+    if "default_training" in R:
+        d = res("default_training")
+        row("default_training", "Default training, `frozenlake-tiny` (first command)",
+            f"{f3(d['start_success'])} -> {f3(d['final_success'])} {ci(d['final_ci'])}",
+            "default-training-rllm-convention")
+    if "compare_hard" in R:
+        c = res("compare_hard")
+        row("compare_hard", "PATR against chains, hard FrozenLake, one token budget",
+            f"{c['patr']['final']:.3f} against {c['chain']['final']:.3f} "
+            f"({'separated' if c['patr_separated_from_chain'] else 'overlapping'})",
+            "where-trees-should-pay-off-issue-39-rllm-convention")
+    if "vllm_cpu" in R:
+        v = res("vllm_cpu")
+        row("vllm_cpu", "Tree against chains on vLLM's CPU engine, computed tokens per leaf",
+            f"{v['tree_over_chain_computed_per_leaf']}x",
+            "the-real-vllm-engine-on-this-cpu-smollm2-135m-instruct-rllm-convention")
+    if "real_model_update" in R:
+        u = res("real_model_update")
+        row("real_model_update", "Packed update on SmolLM2 against a plain forward+backward",
+            f"{u['update_over_plain']}x ({u['update_bf16_tokens_per_s']} tokens/s in bf16)",
+            "the-update-at-a-real-models-speed-smollm2-135m-instruct-issue-49")
+    if "real_model_rl" in R:
+        r = res("real_model_rl")
+        row("real_model_rl", "Tree-GRPO on SmolLM2 from `smollm2-frozenlake`",
+            f"{f3(r['rl_start_success']['success'])} -> {f3(r['rl_final_success']['success'])}"
+            f" {ci(r['rl_final_success']['ci95'])}",
+            "rl-that-raises-a-real-model-smollm2-135m-instruct-from-smollm2-frozenlake-issue-49")
+    return ("| result | figure | where (state) |\n|---|---|---|\n" + "\n".join(rows) + "\n")
+
+
 QUOTED[:] = list(dict.fromkeys(QUOTED))  # a figure quoted in two places counts once
 stale_names = [n for n in QUOTED if stale(n)]
 summary = (f"**{len(QUOTED)} figures quoted: {len(QUOTED) - len(stale_names)} current, "
            f"{len(stale_names)} stale**" + (f" ({', '.join(f'`{n}`' for n in stale_names)})"
                                             if stale_names else "") + ".")
 out[:] = [part.replace("SUMMARY_PLACEHOLDER", summary) for part in out]
+page = "\n".join(out).rstrip() + "\n"
+page = re.sub(r"^#(#+) ", lambda m: m.group(1) + " ", page, flags=re.M)  # sections up a level
+page = page.replace("](docs/", "](")  # the page lives in docs/
+(ROOT / "docs" / "results.md").write_text(page)
 text = (ROOT / "README.md").read_text()
-start = text.index("## Results")
-end = text.index("## `treeroll sft`, policy folders and views")
-(ROOT / "README.md").write_text(text[:start] + "\n".join(out).rstrip() + "\n\n" + text[end:])
-print("README results section regenerated")
+start, end = text.index(HEADLINE_START), text.index(HEADLINE_END)
+(ROOT / "README.md").write_text(text[:start] + HEADLINE_START + "\n" + headline() + text[end:])
+print("docs/results.md and the README's headline table regenerated")

@@ -1,11 +1,12 @@
-"""Every figure the README quotes is a stored result, and says so when it is stale.
+"""Every figure the results page (docs/results.md) quotes is a stored result, and says so
+when it is stale.
 
-The README quotes a benchmark's JSON line after a marker ``<!-- result: NAME -->``; the
+The results page quotes a benchmark's JSON line after a marker ``<!-- result: NAME -->``; the
 stored file ``docs/results/NAME.json`` (written by ``python bench/reproduce.py``) holds the
 full line, the command and the commit it ran on. A quoted value that differs from the stored
 one, or a figure measured on uncommitted code, is a failure. A figure whose dependencies (the
 code its run imported, configs, dependencies, shipped data: ``depends_on``) changed since its
-commit is *stale*: that is not a failure as long as the README labels it so, with the
+commit is *stale*: that is not a failure as long as the page labels it so, with the
 commit it ran on (``<!-- stale: NAME COMMIT -->``, written by ``bench/readme_results.py``);
 a stale figure without its label, or a label on a current figure, is.
 """
@@ -81,7 +82,7 @@ def test_moving_a_pin_into_the_lock_with_the_same_version_stales_nothing() -> No
     assert pyproject_changed_for_a_run(then, ranged, "", "")  # a range alone is not the pin
 
 
-README_TEXT = (ROOT / "README.md").read_text()
+README_TEXT = (ROOT / "docs" / "results.md").read_text()  # the site's results page
 README_FIGURES = quoted_figures(README_TEXT)
 README_STALE = stale_labels(README_TEXT)
 
@@ -96,20 +97,21 @@ def test_the_readme_quotes_its_main_figures() -> None:
 def test_a_quoted_figure_is_its_stored_result_and_labelled_when_stale(name, quoted) -> None:
     path = ROOT / "docs" / "results" / f"{name}.json"
     remake = f"remake it with `python bench/reproduce.py --only {name}`"
-    assert path.is_file(), f"the README quotes {name}, but {path} does not exist; {remake}"
+    assert path.is_file(), f"the results page quotes {name}, but {path} does not exist; {remake}"
     stored = json.loads(path.read_text())
     differing = {key: (value, stored["result"].get(key)) for key, value in quoted.items()
                  if stored["result"].get(key) != value}
-    assert not differing, f"README's {name} differs from {path} (README, stored): {differing}"
+    assert not differing, (f"the results page's {name} differs from {path} (page, stored): "
+                           f"{differing}")
     assert not stored["dirty"], f"{name} was measured on uncommitted code; {remake}"
     files = changed_since(stored["commit"], stored["depends_on"])
     label = README_STALE.get(name)
-    assert label is None or files, (f"the README labels {name} stale, but nothing it depends on "
-                                    f"changed since {stored['commit'][:10]}; run "
+    assert label is None or files, (f"the results page labels {name} stale, but nothing it "
+                                    f"depends on changed since {stored['commit'][:10]}; run "
                                     "`python bench/readme_results.py`")
     assert label is not None or not files, (
         f"{name} is stale (measured on {stored['commit'][:10]}; since then "
-        f"{', '.join(files[:5])}{' ...' if len(files) > 5 else ''} changed) and the README "
+        f"{', '.join(files[:5])}{' ...' if len(files) > 5 else ''} changed) and the results page "
         f"does not say so under it: run `python bench/readme_results.py` to label it, or {remake}")
     assert label is None or label == stored["commit"][:10], (
         f"{name}'s stale label names commit {label}, its stored file {stored['commit'][:10]}; "

@@ -1,11 +1,12 @@
 """A stale figure is labelled, not a red CI: the whole path in a temporary copy of the repo.
 
-A clone of this repository (with this checkout's README, stored results and figure tooling
-copied over it, so uncommitted work on them is what is tested) gets one dependency of one
-stored figure changed; ``bench/readme_results.py`` must then label exactly that figure stale,
-``tests/test_results.py`` must pass on the regenerated README and fail once the label is
-removed; ``bench/reproduce.py --list`` must say which figure is stale, and ``--stale`` must
-remake it (and only it) in a worktree of the commit and copy the result back.
+A clone of this repository (with this checkout's README and results page, stored results and
+figure tooling copied over it, so uncommitted work on them is what is tested) gets one
+dependency of one stored figure changed; ``bench/readme_results.py`` must then label exactly
+that figure stale, ``tests/test_results.py`` must pass on the regenerated results page and
+fail once the label is removed; ``bench/reproduce.py --list`` must say which figure is stale,
+and ``--stale`` must remake it (and only it) in a worktree of the commit and copy the result
+back.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from staleness import STALE_MARKER, changed_since
 from test_results import stale_labels
 
 ROOT = Path(__file__).resolve().parent.parent
-TOOLING = ("README.md", "bench/readme_results.py", "bench/reproduce.py", "bench/staleness.py",
-           "tests/test_results.py", "docs/results", ".gitignore")
+TOOLING = ("README.md", "docs/results.md", "bench/readme_results.py", "bench/reproduce.py",
+           "bench/staleness.py", "tests/test_results.py", "docs/results", ".gitignore")
 FIGURE = "swe_fork_quick"
 """The figure whose dependency the test changes: its own benchmark script is read by no other
 figure, and it runs in seconds (the ``--stale`` test remakes it)."""
@@ -72,9 +73,9 @@ def clone(tmp_path_factory) -> Path:
 
 
 def regenerate(repo: Path) -> dict[str, str]:
-    """Regenerate the clone's README; its stale labels ``{name: commit}``."""
+    """Regenerate the clone's results page; its stale labels ``{name: commit}``."""
     run(sys.executable, "bench/readme_results.py", cwd=repo)
-    return stale_labels((repo / "README.md").read_text())
+    return stale_labels((repo / "docs" / "results.md").read_text())
 
 
 def results_test(repo: Path) -> subprocess.CompletedProcess:
@@ -97,7 +98,7 @@ def test_changing_a_dependency_labels_exactly_that_figure_and_the_check_needs_th
     assert set(after) - set(before) == {FIGURE}, "exactly the changed figure becomes stale"
     assert set(before) <= set(after)
     assert after[FIGURE] == record["commit"][:10]
-    readme = (clone / "README.md").read_text()
+    readme = (clone / "docs" / "results.md").read_text()
     label = next(line for line in readme.splitlines()
                  if (m := STALE_MARKER.search(line)) and m["name"] == FIGURE)
     assert f"`{script}`" in label and f"--only {FIGURE}" in label
@@ -106,7 +107,7 @@ def test_changing_a_dependency_labels_exactly_that_figure_and_the_check_needs_th
     passing = results_test(clone)
     assert passing.returncode == 0, passing.stdout[-3000:]
 
-    (clone / "README.md").write_text(readme.replace(label + "\n", ""))
+    (clone / "docs" / "results.md").write_text(readme.replace(label + "\n", ""))
     failing = results_test(clone)
     assert failing.returncode != 0
     assert FIGURE in failing.stdout and "does not say so" in failing.stdout
