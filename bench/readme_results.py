@@ -326,7 +326,7 @@ if "real_model_rl" in R:
     rr = res("real_model_rl")
     start, final = rr["rl_start_success"], rr["rl_final_success"]
     reached = rr["rl_gain"] >= 0.10 and rr["rl_separated"]
-    w("### RL that raises a real model: SmolLM2-135M-Instruct from `smollm2-frozenlake` (issue #49)\n")
+    w("### Tree-GRPO on a real model: SmolLM2-135M-Instruct from `smollm2-frozenlake` (issue #49)\n")
     w(f"""`python bench/real_model.py --rl-only` runs `configs/smollm2_rl.yaml` as a user would
 (`treeroll train --config configs/smollm2_rl.yaml`): Tree-GRPO (M = 4, N = 2, L = 1) from the
 shipped start `smollm2-frozenlake` (the registry's SmolLM2 with the LoRA adapter of
@@ -931,7 +931,7 @@ def headline() -> str:
         row("real_model_rl", "Tree-GRPO on SmolLM2 from `smollm2-frozenlake`",
             f"{f3(r['rl_start_success']['success'])} -> {f3(r['rl_final_success']['success'])}"
             f" {ci(r['rl_final_success']['ci95'])}",
-            "rl-that-raises-a-real-model-smollm2-135m-instruct-from-smollm2-frozenlake-issue-49")
+            "tree-grpo-on-a-real-model-smollm2-135m-instruct-from-smollm2-frozenlake-issue-49")
     return ("| result | figure | where (state) |\n|---|---|---|\n" + "\n".join(rows) + "\n")
 
 
