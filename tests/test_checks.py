@@ -56,13 +56,14 @@ def test_the_defaults_and_the_shipped_configs_are_valid() -> None:
 
     check_config(TrainConfig())
     check_config(SFTConfig(), SFTConfig().data.problems())
-    for name in ("frozenlake_rllm", "tiny", "frozenlake_ragen"):
+    for name in ("frozenlake_rllm", "tiny", "frozenlake_ragen", "smollm2_rl"):
         check_config(load_config(f"configs/{name}.yaml"))
-    check_config(load_config("configs/sft_frozenlake.yaml", SFTConfig))
+    for name in ("sft_frozenlake", "smollm2_sft"):
+        check_config(load_config(f"configs/{name}.yaml", SFTConfig))
 
 
 @pytest.mark.parametrize("name", ["compare_frozenlake", "compare_family", "compare_hard",
-                                  "compare_budget", "allocation"])
+                                  "compare_budget", "allocation", "smollm2_compare"])
 def test_the_shipped_compare_configs_are_valid_for_every_run(name: str) -> None:
     from treeroll.cli.compare import CompareConfig, _run_config, seeds_of
     from treeroll.config import load_config
