@@ -64,7 +64,14 @@ def test_lora_sft_writes_the_adapter_alone_and_loading_merges_it_into_the_base(
     torch.testing.assert_close(merged.model.get_input_embeddings().weight,
                                plain.model.get_input_embeddings().weight)  # not adapted
     assert not torch.allclose(_logits(merged.model), _logits(plain.model))
-    assert policy_defaults(str(folder)) == policy_defaults(str(base))
+    # an adapter folder without settings of its own brings its base's
+    meta = json.loads((base / "treeroll.json").read_text())
+    (base / "treeroll.json").write_text(json.dumps(
+        {**meta, "defaults": {"rollout": {"max_turn_tokens": 24}}}))
+    adapter_meta = json.loads((folder / "treeroll.json").read_text())
+    adapter_meta.pop("defaults", None)
+    (folder / "treeroll.json").write_text(json.dumps(adapter_meta))
+    assert policy_defaults(str(folder)) == {"rollout": {"max_turn_tokens": 24}}
 
 
 def test_lora_sft_resumes_to_the_same_adapter_as_an_uninterrupted_run(tmp_path: Path) -> None:
