@@ -896,43 +896,40 @@ weights are the uninterrupted run's: **{'met' if cr['resumed_ok'] and cr['lost_s
 HEADLINE_START, HEADLINE_END = "<!-- headline results -->", "<!-- end headline results -->"
 
 
-def headline() -> str:
-    """The README's table: one row per headline figure, its state, a link to its section."""
+HEADLINES = (
+    ("default_training", "Default training, `frozenlake-tiny` (first command)",
+     lambda d: f"{f3(d['start_success'])} -> {f3(d['final_success'])} {ci(d['final_ci'])}"),
+    ("compare_hard", "PATR against chains, hard FrozenLake, one token budget",
+     lambda c: f"{c['patr']['final']:.3f} against {c['chain']['final']:.3f} "
+               f"({'separated' if c['patr_separated_from_chain'] else 'overlapping'})"),
+    ("vllm_cpu", "Tree against chains on vLLM's CPU engine, computed tokens per leaf",
+     lambda v: f"{v['tree_over_chain_computed_per_leaf']}x"),
+    ("real_model_update", "Packed update on SmolLM2 against a plain forward+backward",
+     lambda u: f"{u['update_over_plain']}x ({u['update_bf16_tokens_per_s']} tokens/s in bf16)"),
+    ("real_model_rl", "Tree-GRPO on SmolLM2 from `smollm2-frozenlake`",
+     lambda r: f"{f3(r['rl_start_success']['success'])} -> "
+               f"{f3(r['rl_final_success']['success'])} {ci(r['rl_final_success']['ci95'])}"),
+)
+"""The README's headline figures: name, what it shows, its value from the stored result."""
+
+
+def headline(page: str) -> str:
+    """The README's table: one row per headline figure, its state, and a link to the section
+    of the results page that quotes it (the anchor MkDocs gives that section's heading)."""
+    from markdown.extensions.toc import slugify
+
     rows = []
-
-    def row(name: str, what: str, value: str, anchor: str) -> None:
-        if name in R:
-            state = "stale" if stale(name) else "current"
-            rows.append(f"| {what} | {value} | [{name}](docs/results.md#{anchor}) ({state}) |")
-
-    if "default_training" in R:
-        d = res("default_training")
-        row("default_training", "Default training, `frozenlake-tiny` (first command)",
-            f"{f3(d['start_success'])} -> {f3(d['final_success'])} {ci(d['final_ci'])}",
-            "default-training-rllm-convention")
-    if "compare_hard" in R:
-        c = res("compare_hard")
-        row("compare_hard", "PATR against chains, hard FrozenLake, one token budget",
-            f"{c['patr']['final']:.3f} against {c['chain']['final']:.3f} "
-            f"({'separated' if c['patr_separated_from_chain'] else 'overlapping'})",
-            "where-trees-should-pay-off-issue-39-rllm-convention")
-    if "vllm_cpu" in R:
-        v = res("vllm_cpu")
-        row("vllm_cpu", "Tree against chains on vLLM's CPU engine, computed tokens per leaf",
-            f"{v['tree_over_chain_computed_per_leaf']}x",
-            "the-real-vllm-engine-on-this-cpu-smollm2-135m-instruct-rllm-convention")
-    if "real_model_update" in R:
-        u = res("real_model_update")
-        row("real_model_update", "Packed update on SmolLM2 against a plain forward+backward",
-            f"{u['update_over_plain']}x ({u['update_bf16_tokens_per_s']} tokens/s in bf16)",
-            "the-update-at-a-real-models-speed-smollm2-135m-instruct-issue-49")
-    if "real_model_rl" in R:
-        r = res("real_model_rl")
-        row("real_model_rl", "Tree-GRPO on SmolLM2 from `smollm2-frozenlake`",
-            f"{f3(r['rl_start_success']['success'])} -> {f3(r['rl_final_success']['success'])}"
-            f" {ci(r['rl_final_success']['ci95'])}",
-            "tree-grpo-on-a-real-model-smollm2-135m-instruct-from-smollm2-frozenlake-issue-49")
-    return ("| result | figure | where (state) |\n|---|---|---|\n" + "\n".join(rows) + "\n")
+    for name, what, value in HEADLINES:
+        if name not in R:
+            continue
+        marker = page.index(f"<!-- result: {name} -->")
+        heading = next(line for line in reversed(page[:marker].splitlines())
+                       if line.startswith("#"))
+        anchor = slugify(heading.lstrip("#").strip().replace("`", ""), "-")
+        state = "stale" if stale(name) else "current"
+        rows.append(f"| {what} | {value(res(name))} | [{name}](docs/results.md#{anchor}) "
+                    f"({state}) |")
+    return "| result | figure | where (state) |\n|---|---|---|\n" + "\n".join(rows) + "\n"
 
 
 QUOTED[:] = list(dict.fromkeys(QUOTED))  # a figure quoted in two places counts once
@@ -947,5 +944,5 @@ page = page.replace("](docs/", "](")  # the page lives in docs/
 (ROOT / "docs" / "results.md").write_text(page)
 text = (ROOT / "README.md").read_text()
 start, end = text.index(HEADLINE_START), text.index(HEADLINE_END)
-(ROOT / "README.md").write_text(text[:start] + HEADLINE_START + "\n" + headline() + text[end:])
+(ROOT / "README.md").write_text(text[:start] + HEADLINE_START + "\n" + headline(page) + text[end:])
 print("docs/results.md and the README's headline table regenerated")

@@ -250,11 +250,10 @@ def cost(policy: Policy, seeds: np.ndarray, turns: int, tasks: int) -> dict[str,
 
 
 def trained(args: argparse.Namespace) -> dict[str, Any]:
-    """SFT then RL from the SFT policy, with their held-out figures and minutes."""
+    """SFT then RL from the SFT policy (:func:`rl_run`), with their figures and minutes."""
     from treeroll.cli.commands import _parse
     from treeroll.training.sft import SFTConfig
     from treeroll.training.sft_run import run_sft
-    from treeroll.training.trainer import train
 
     runs = str(Path(args.runs_dir))
     sft_config = _parse(SFTConfig, ["--config", "configs/smollm2_sft.yaml", "--runs-dir", runs],
@@ -262,19 +261,9 @@ def trained(args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
     sft = run_sft(sft_config)
     sft_minutes = (time.perf_counter() - start) / 60
-    rl_config = _parse(TrainConfig, ["--config", "configs/smollm2_rl.yaml", "--runs-dir", runs,
-                                     "--policy.init", str(Path(runs) / sft_config.name)],
-                       "", command="train")
-    start = time.perf_counter()
-    rl = train(rl_config)
-    rl_minutes = (time.perf_counter() - start) / 60
-
     return {"sft_success": _figure(sft["final_eval"]), "sft_minutes": round(sft_minutes, 1),
             "sft_steps": sft["steps"], "sft_pool": sft_config.eval.pool,
-            "rl_start_success": _figure(rl["start_eval"]),
-            "rl_final_success": _figure(rl["final_eval"]), "rl_minutes": round(rl_minutes, 1),
-            "rl_steps": rl["steps"],
-            "rl_separated": rl["final_eval"]["ci95_low"] > rl["start_eval"]["ci95_high"]}
+            **rl_run(args, init=str(Path(runs) / sft_config.name))}
 
 
 def _figure(result: dict[str, Any]) -> dict[str, Any]:

@@ -533,14 +533,13 @@ def _swe_problems(env: EnvConfig) -> list[tuple[str, str]]:
 
 
 def _init_problems(init: str | None) -> list[tuple[str, str]]:
-    from treeroll.policies import SHIPPED
+    from treeroll.policies import SHIPPED, has_policy
     from treeroll.policies.fetch import REAL_POLICIES
 
     if init is None or init in SHIPPED or init in REAL_POLICIES:
         return []
     folder = Path(init)
-    if any((place / name).is_file() for place in (folder, folder / "policy")
-           for name in ("config.json", "adapter_config.json")):
+    if has_policy(folder) or has_policy(folder / "policy"):
         return []
     what = ("a run folder without an exported policy" if (folder / "config.yaml").is_file()
             else "no such folder" if not folder.exists() else "a folder without config.json")

@@ -32,8 +32,8 @@ from treeroll.policies.model import build_model, build_word_tokenizer, load_poli
 from treeroll.views import CELL_WORD_PATTERN, VIEWS
 
 __all__ = ["SHIPPED", "Policy", "build_policy", "check_context_length", "check_policy_files",
-           "load_policy", "longest_context", "max_positions", "policy_defaults", "resolve_policy",
-           "save_policy", "shipped_policies"]
+           "has_policy", "load_policy", "longest_context", "max_positions", "policy_defaults",
+           "resolve_policy", "save_policy", "shipped_policies"]
 
 
 SHIPPED = ("frozenlake-tiny", "smollm2-frozenlake")
@@ -76,10 +76,10 @@ def generation_eos_ids(model: Any) -> tuple[int, ...]:
 
 def shipped_policies() -> list[str]:
     """Names of the shipped policies whose files are present in this installation."""
-    return [name for name in SHIPPED if _has_policy(_shipped_dir(name))]
+    return [name for name in SHIPPED if has_policy(_shipped_dir(name))]
 
 
-def _has_policy(folder: Path) -> bool:
+def has_policy(folder: Path) -> bool:
     """Whether ``folder`` holds a model (``config.json``) or an adapter over one."""
     return (folder / "config.json").is_file() or is_adapter_folder(folder)
 
@@ -104,7 +104,7 @@ def resolve_policy(spec: str) -> Path:
 
     if spec in SHIPPED:
         folder = _shipped_dir(spec)
-        if not _has_policy(folder):
+        if not has_policy(folder):
             raise FileNotFoundError(f"policy.init {spec!r}: the shipped policy's files are "
                                     f"missing from {folder}; make it with `treeroll sft "
                                     "--config configs/sft_frozenlake.yaml`")
@@ -117,9 +117,9 @@ def resolve_policy(spec: str) -> Path:
                                 f"({', '.join([*SHIPPED, *REAL_POLICIES])}) nor a folder: pass "
                                 "a folder written by save_pretrained, treeroll sft or treeroll "
                                 "train (nothing is downloaded from a model hub)")
-    if not _has_policy(folder) and (folder / "config.yaml").is_file():
+    if not has_policy(folder) and (folder / "config.yaml").is_file():
         exported = folder / "policy"
-        if not _has_policy(exported):
+        if not has_policy(exported):
             raise FileNotFoundError(f"policy.init {spec!r} is a run folder without an exported "
                                     f"policy ({exported}/config.json): a run exports it when "
                                     "it finishes; finish it with --resume, or use its "
@@ -195,9 +195,8 @@ def load_policy(spec: str, view: str | None = None) -> Policy:
         base_policy = load_policy(base, chosen)
         model, tokenizer = merge_adapter(base_policy.model, folder), base_policy.tokenizer
         meta = {**base_policy.meta, **meta}
-        return Policy(model.eval(), tokenizer, chosen, meta,
-                      system_in_user=bool(meta.get("system_in_user", False)))
-    model, tokenizer = load_policy_files(folder)
+    else:
+        model, tokenizer = load_policy_files(folder)
     return Policy(model.eval(), tokenizer, chosen, meta,
                   system_in_user=bool(meta.get("system_in_user", False)))
 

@@ -51,9 +51,9 @@ import torch
 
 from treeroll.backends.weights import model_device
 from treeroll.credit.objectives import policy_loss
+from treeroll.heads import HeadReshaped, check_logits, head_at
 from treeroll.training import attention
 from treeroll.training.attention import tree_attention
-from treeroll.training.heads import HeadReshaped, check_logits, head_at
 from treeroll.training.loss import LossConfig, TrainItem, token_weights
 
 __all__ = ["PackingUnsupported", "packed_backward", "supports_packing", "unique_tokens",
@@ -407,7 +407,7 @@ def _forward(model: Any, ids: torch.Tensor, positions: torch.Tensor, past: KV | 
     predict a model token, and the KV per layer (prefix + segment).
 
     The output head and the softmax over the vocabulary run only at those positions
-    (:mod:`treeroll.training.heads`). ``bfloat16``:
+    (:mod:`treeroll.heads`). ``bfloat16``:
     the forward under ``torch.autocast`` (``LossConfig.compute_dtype``)."""
     from transformers import DynamicCache
 

@@ -29,7 +29,7 @@ from treeroll.backends.weights import model_device
 from treeroll.checks import checked
 from treeroll.config import EnvConfig, EvalConfig, PolicyConfig
 from treeroll.engine.batch import RolloutConfig
-from treeroll.training.heads import check_logits, head_at
+from treeroll.heads import check_logits, head_at
 from treeroll.training.sft_data import SFTExample, batches_by_tokens
 
 __all__ = ["SFTConfig", "SFTDataConfig", "SFTOptimConfig", "SFTState", "copy_policy_folder",
@@ -156,13 +156,18 @@ class SFTConfig:
 
 
 
+def trainable_parameters(model: Any) -> list[torch.nn.Parameter]:
+    """``model``'s parameters that train (all but a frozen base under a LoRA adapter)."""
+    return [p for p in model.parameters() if p.requires_grad]
+
+
 def adamw(model: Any, lr: float, weight_decay: float) -> torch.optim.AdamW:
     """AdamW over ``model``'s trainable parameters (a LoRA adapter's alone over a frozen base),
     fused (one kernel over all of them: on two CPU
     cores a step over SmolLM2-135M's parameters takes ~1.3 s fused against ~10 s with the
     default per-tensor loop; the update is the same rule)."""
-    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr,
-                             weight_decay=weight_decay, fused=True)
+    return torch.optim.AdamW(trainable_parameters(model), lr=lr, weight_decay=weight_decay,
+                             fused=True)
 
 
 def lr_factor(step: int, config: SFTOptimConfig) -> float:
@@ -193,12 +198,12 @@ def sft_loss(model: Any, examples: list[SFTExample], pad_token_id: int = 0,
         labels[row, : len(ids)] = torch.where(torch.tensor(example.loss_mask) == 1, ids, -100)
     targets = labels[:, 1:]
     rows, cols = (targets != -100).nonzero(as_tuple=True)  # hidden t predicts token t + 1
-    rows, cols = rows.to(model_device(model)), cols.to(model_device(model))
-    with head_at(model, rows, cols):  # the head and softmax only where the loss reads them
-        logits = model(input_ids=input_ids.to(model_device(model))).logits
+    device = model_device(model)
+    wanted = targets[rows, cols].to(device)
+    with head_at(model, rows.to(device), cols.to(device)):  # head and softmax where read
+        logits = model(input_ids=input_ids.to(device)).logits
     check_logits(model, logits, len(rows))
-    total = torch.nn.functional.cross_entropy(logits.float(), targets[rows.cpu(), cols.cpu()]
-                                              .to(logits.device), reduction="sum")
+    total = torch.nn.functional.cross_entropy(logits.float(), wanted, reduction="sum")
     count = len(rows)
     return total / max(normaliser or count, 1), count
 
@@ -243,8 +248,8 @@ def sft_steps(model: Any, optimizer: Any, batches: Callable[[np.random.Generator
                 loss, _ = sft_loss(model, micro, pad_token_id, normaliser=count)
             loss.backward()
             total += float(loss.detach())
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(
-            [p for p in model.parameters() if p.requires_grad], config.max_grad_norm))
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(trainable_parameters(model),
+                                                         config.max_grad_norm))
         optimizer.step()
         state.step = step + 1
         record = {"step": step + 1, "loss": total, "lr": optimizer.param_groups[0]["lr"],

@@ -40,6 +40,7 @@ from treeroll.training.sft import (
     adamw,
     copy_policy_folder,
     sft_steps,
+    trainable_parameters,
 )
 from treeroll.training.sft_data import SFTExample, expert_episode, read_jsonl
 
@@ -285,8 +286,7 @@ def _finish(config: SFTConfig, folder: RunFolder, policy: Policy, summary: dict[
                                       "eval": summary["final_eval"]})
     policy.model.eval()
     summary.update(steps=config.optim.steps, params=policy.parameters, commit=_git_commit(),
-                   trainable_params=sum(p.numel() for p in policy.model.parameters()
-                                        if p.requires_grad))
+                   trainable_params=sum(p.numel() for p in trainable_parameters(policy.model)))
     meta = {"made_by": {"command": "treeroll sft", "config": config_to_dict(config),
                         "commit": summary["commit"]},
             "eval": {k: summary[k] for k in ("start_eval", "final_eval") if k in summary},

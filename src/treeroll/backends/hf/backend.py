@@ -47,6 +47,7 @@ from treeroll.backends.hf.decode import DecodeBatch, Prefilled, _Row
 from treeroll.backends.hf.kv_trie import KV, KVTrie
 from treeroll.backends.weights import model_device, take_weights
 from treeroll.base import Completion, GenerationRequest, SamplingParams
+from treeroll.heads import check_logits, head_at
 
 __all__ = ["HFBackend"]
 
@@ -363,30 +364,19 @@ class HFBackend:
         # A prefill needs the last position's logits alone (rows are left-padded): with a
         # real model's vocabulary the head over every position is most of the memory (64
         # prompts of 600 tokens: 7.5 GB of float32 logits for SmolLM2) and a fifth of the
-        # work. The head runs on the last hidden states, padded to at least LAST_ROWS rows:
-        # a matrix product over one row takes another kernel on the CPU, whose rounding
-        # differs (~1e-6), and a request's logits must not depend on how many share its batch
-        # (tests/test_backend.py); from a few rows on, each row's logits are those the full
-        # head gives it.
-        batch = input_ids.shape[0]
-
-        def last(module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
-            hidden = args[0][:, -1]  # [batch, hidden]
-            filler = hidden.new_zeros(max(LAST_ROWS - batch, 0), hidden.shape[1])
-            return (torch.cat([hidden, filler]), *args[1:])
-
-        head = getattr(self.model, "get_output_embeddings", lambda: None)()
-        if head is None:  # a model without a separate head: the full logits
-            return self.model(**kwargs).logits.float().cpu()
-        hook = head.register_forward_pre_hook(last)
-        try:
+        # work. The head runs on the last hidden states, at least LAST_ROWS rows of them (the
+        # first row repeated): a matrix product over one row takes another kernel on the CPU,
+        # whose rounding differs (~1e-6), and a request's logits must not depend on how many
+        # share its batch (tests/test_backend.py); from a few rows on, each row's logits are
+        # those the full head gives it.
+        if getattr(self.model, "get_output_embeddings", lambda: None)() is None:
+            return self.model(**kwargs).logits.float().cpu()  # no separate head: all logits
+        batch, last = input_ids.shape
+        rows = torch.cat([torch.arange(batch), torch.zeros(max(LAST_ROWS - batch, 0),
+                                                           dtype=torch.long)]).to(device)
+        with head_at(self.model, rows, torch.full_like(rows, last - 1)):
             logits = self.model(**kwargs).logits
-        finally:
-            hook.remove()
-        if logits.dim() != 2 or logits.shape[0] != max(batch, LAST_ROWS):
-            raise RuntimeError(f"{type(self.model).__name__} reshaped its head's output "
-                               f"({tuple(logits.shape)}): the HF backend cannot take the last "
-                               "position's logits alone from it")
+        check_logits(self.model, logits, len(rows))
         return logits[:batch, None].float().cpu()  # [batch, 1, vocab]
 
     def _sample(self, logits: torch.Tensor, rows: list[_Row],
