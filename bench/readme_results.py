@@ -339,12 +339,12 @@ why and what that view alone is worth); 256 held-out tasks drawn from seed 42, g
 Wilson intervals; one seed (0). Settings were not tuned on the validation pool (one 2-step
 pilot sized the steps).
 
-{quote("real_model_rl", ["rl_start_success", "rl_final_success", "rl_gain", "rl_separated", "rl_minutes", "rl_steps", "rl_step_rollout_s", "rl_step_update_s", "rl_signal_groups", "rl_train_success_first_last", "rl_generated_tokens", "rl_tasks_per_step", "rl_lr", "convention"])}
+{quote("real_model_rl", ["rl_start_success", "rl_final_success", "rl_gain", "rl_separated", "rl_minutes", "rl_step_minutes", "rl_steps", "rl_step_rollout_s", "rl_step_update_s", "rl_signal_groups", "rl_train_success_first_last", "rl_generated_tokens", "rl_tasks_per_step", "rl_lr", "convention"])}
 
 | | held-out success | 95% interval | well-formed turns |
 |---|---|---|---|
 | start (`smollm2-frozenlake`) | {f3(start["success"])} | {ci(start["ci95"])} | {start["format_ok"]:.3f} |
-| after {rr["rl_steps"]} Tree-GRPO steps ({rr["rl_minutes"]} min with both evaluations; the steps {rr["rl_steps"] * (rr["rl_step_rollout_s"] + rr["rl_step_update_s"]) / 60:.0f} min) | {f3(final["success"])} | {ci(final["ci95"])} | {final["format_ok"]:.3f} |
+| after {rr["rl_steps"]} Tree-GRPO steps ({rr["rl_minutes"]} min with both evaluations; the steps {rr["rl_step_minutes"]} min) | {f3(final["success"])} | {ci(final["ci95"])} | {final["format_ok"]:.3f} |
 
 (issue #49's targets: start >= 0.20: {met_word(start["success"] >= 0.20)}; RL +10 points with
 separated intervals: {met_word(reached)}, {rr["rl_gain"] * 100:+.1f} points.)
