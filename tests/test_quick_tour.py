@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -33,22 +34,19 @@ def tour_commands() -> list[str]:
 def _serve_until_address(command: str, cwd: Path, env: dict[str, str]) -> str:
     """Start a server line, wait (at most 120 s) for the ``http://`` address it prints, stop
     it; return its output so far."""
-    server = subprocess.Popen(command, shell=True, cwd=cwd, env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              start_new_session=True)
-    assert server.stdout is not None
-    os.set_blocking(server.stdout.fileno(), False)
-    output, deadline = "", time.monotonic() + 120
-    try:
-        while "http://" not in output and time.monotonic() < deadline \
-                and server.poll() is None:
-            output += server.stdout.read() or ""
-            time.sleep(0.5)
-        output += server.stdout.read() or ""
-    finally:
-        os.killpg(server.pid, 15)
-        server.wait(timeout=30)
-    return output
+    log = cwd / "server.log"
+    with log.open("w") as sink:
+        server = subprocess.Popen(command, shell=True, cwd=cwd, env=env, stdout=sink,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 120
+        try:
+            while "http://" not in log.read_text() and time.monotonic() < deadline \
+                    and server.poll() is None:
+                time.sleep(0.5)
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=30)
+    return log.read_text()
 
 
 def test_the_readme_quick_tour_runs_in_the_order_written(tmp_path: Path) -> None:
@@ -58,8 +56,7 @@ def test_the_readme_quick_tour_runs_in_the_order_written(tmp_path: Path) -> None
     for name in ("configs", "bench"):
         (tmp_path / name).symlink_to(ROOT / name)
     env = {**os.environ, "PATH": os.pathsep.join((str(Path(sys.executable).parent),
-                                                  os.environ.get("PATH", ""))),
-           }
+                                                  os.environ.get("PATH", "")))}
     for command in commands[1:]:
         if command.startswith("tensorboard"):
             if not (Path(sys.executable).parent / "tensorboard").exists():
