@@ -14,6 +14,7 @@ A figure whose dependencies changed since its commit is quoted with a stale labe
 import functools
 import json
 import re
+import sys
 from pathlib import Path
 
 import yaml
@@ -941,8 +942,17 @@ out[:] = [part.replace("SUMMARY_PLACEHOLDER", summary) for part in out]
 page = "\n".join(out).rstrip() + "\n"
 page = re.sub(r"^#(#+) ", lambda m: m.group(1) + " ", page, flags=re.M)  # sections up a level
 page = page.replace("](docs/", "](")  # the page lives in docs/
-(ROOT / "docs" / "results.md").write_text(page)
 text = (ROOT / "README.md").read_text()
 start, end = text.index(HEADLINE_START), text.index(HEADLINE_END)
-(ROOT / "README.md").write_text(text[:start] + HEADLINE_START + "\n" + headline(page) + text[end:])
-print("docs/results.md and the README's headline table regenerated")
+readme = text[:start] + HEADLINE_START + "\n" + headline(page) + text[end:]
+if "--check" in sys.argv[1:]:  # tests/test_results.py: is the README's table generated?
+    # (the results page's stale labels list the changed files, so they move with every code
+    # change; test_results checks that each stale figure there carries its label)
+    if text != readme:
+        raise SystemExit("README.md's headline table differs from what `python "
+                         "bench/readme_results.py` generates from docs/results/: run it")
+    print("the README's headline table is as generated")
+else:
+    (ROOT / "docs" / "results.md").write_text(page)
+    (ROOT / "README.md").write_text(readme)
+    print("docs/results.md and the README's headline table regenerated")

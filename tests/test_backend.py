@@ -344,3 +344,36 @@ def test_a_prefills_last_logits_do_not_depend_on_how_many_share_its_batch(
                                     positions, growing_cache(), last_only=True)
             assert last.shape == (rows, 1, vocab)
             assert torch.equal(last[:, 0], full[:rows])
+
+
+def test_a_model_that_reshapes_its_heads_output_prefills_with_every_positions_logits(
+        ) -> None:
+    """A model whose forward reshapes the head's output (here back to ``[batch, seq,
+    vocab]``) cannot have its head run at chosen positions: the backend finds that out with
+    one small probe before its first prefill and computes every position's logits instead,
+    as it did before the head ran on the last positions alone; the logits are the model's."""
+    from treeroll.backends.hf.cache import growing_cache
+    from treeroll.heads import head_at_works
+    from treeroll.policies.model import ModelConfig, build_model
+
+    model = build_model(64, ModelConfig(hidden_size=32, num_layers=1, num_heads=2,
+                                        intermediate_size=64, seed=0),
+                        pad_token_id=0, eos_token_id=1).eval()
+    assert head_at_works(model)
+    plain = model.forward
+
+    def reshaping(*args: object, input_ids: torch.Tensor, **kwargs: object) -> object:
+        out = plain(*args, input_ids=input_ids, **kwargs)
+        out.logits = out.logits.reshape(*input_ids.shape, -1)
+        return out
+
+    model.forward = reshaping  # type: ignore[method-assign]
+    assert not head_at_works(model)
+    ids = torch.randint(4, 64, (3, 7), generator=torch.Generator().manual_seed(0))
+    backend = HFBackend(model)
+    with torch.no_grad():
+        full = model(input_ids=ids).logits[:, -1]
+        last = backend._forward(ids, torch.ones(3, 7, dtype=torch.long),
+                                torch.arange(7).expand(3, 7), growing_cache(), last_only=True)
+    assert backend._head_at_works is False
+    assert last.shape == (3, 1, 64) and torch.equal(last[:, 0], full)

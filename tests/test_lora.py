@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -47,7 +49,13 @@ def test_lora_sft_writes_the_adapter_alone_and_loading_merges_it_into_the_base(
     names = {p.name for p in folder.iterdir()}
     assert {"adapter_config.json", "adapter_model.safetensors", "treeroll.json"} <= names
     assert "model.safetensors" not in names and "config.json" not in names
-    assert json.loads((folder / "treeroll.json").read_text())["base"] == str(base)
+    meta = json.loads((folder / "treeroll.json").read_text())
+    assert meta["base"] == os.path.relpath(base, folder)  # the two folders move together
+    from treeroll.cli.session import load_run_config
+    as_training = load_run_config(folder.parent)  # `treeroll eval --run` on the SFT run
+    assert as_training.policy.lora.rank == 0  # its policy loads merged: no adapter on top
+    check_config(as_training)
+    assert meta["params"] == load_policy(str(base)).parameters  # the merged model's count
 
     merged, plain = load_policy(str(folder)), load_policy(str(base))
     assert type(merged.model) is type(plain.model)  # a plain model again, no peft wrapper
@@ -79,6 +87,9 @@ def test_lora_sft_resumes_to_the_same_adapter_as_an_uninterrupted_run(tmp_path: 
     straight = _adapted(tmp_path, base, "straight", steps=4)
     _adapted(tmp_path, base, "split", steps=2)
     split = _adapted(tmp_path, base, "split", steps=4, resume=True)
+    from treeroll.training.runfolder import read_checkpoint
+    kept = read_checkpoint(split.parent / "checkpoints" / "last.pt")["model"]
+    assert kept and all("lora_" in name for name in kept)  # the adapter alone, not the base
     one, two = (load_file(f / "adapter_model.safetensors") for f in (straight, split))
     assert one.keys() == two.keys()
     for key in one:
@@ -98,3 +109,33 @@ def test_lora_is_refused_without_a_base_in_train_and_on_unknown_modules(
     model = load_policy(str(_base(tmp_path))).model
     with pytest.raises(ValueError, match=r"policy.lora.targets: \['qkv'\] match no module"):
         add_lora(model, LoraSettings(rank=2, targets=("qkv",)))
+
+
+def test_an_adapter_is_refused_over_other_base_weights_and_adapters_in_a_loop(
+        tmp_path: Path) -> None:
+    base = _base(tmp_path)
+    folder = _adapted(tmp_path, base, "adapted", steps=1)
+    moved = tmp_path / "elsewhere"  # base and adapter moved together still load
+    shutil.copytree(tmp_path / "runs", moved)
+    shutil.rmtree(tmp_path / "runs")
+    folder, base = moved / "adapted" / "policy", moved / "base" / "policy"
+    load_policy(str(folder))
+
+    looped = tmp_path / "looped"  # two adapters naming each other as base
+    shutil.copytree(folder, looped)
+    for one, other in ((folder, looped), (looped, folder)):
+        meta = json.loads((one / "treeroll.json").read_text())
+        (one / "treeroll.json").write_text(json.dumps({**meta, "base": str(other)}))
+    with pytest.raises(ValueError, match="name each other as base in a loop"):
+        load_policy(str(folder))
+    assert policy_defaults(str(folder)) == {}  # read without recursing forever
+
+    meta = json.loads((looped / "treeroll.json").read_text())
+    (looped / "treeroll.json").write_text(json.dumps({**meta, "base": str(base)}))
+    load_policy(str(looped))
+    plain = load_policy(str(base))
+    with torch.no_grad():
+        plain.model.model.layers[0].mlp.up_proj.weight.add_(1e-3)  # another version of it
+    plain.model.save_pretrained(base)
+    with pytest.raises(ValueError, match="trained over other weights"):
+        load_policy(str(looped))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -116,3 +117,12 @@ def test_a_quoted_figure_is_its_stored_result_and_labelled_when_stale(name, quot
     assert label is None or label == stored["commit"][:10], (
         f"{name}'s stale label names commit {label}, its stored file {stored['commit'][:10]}; "
         "run `python bench/readme_results.py`")
+
+
+def test_the_readme_headline_table_is_the_generated_one() -> None:
+    """The README's headline table is written by ``bench/readme_results.py`` from the stored
+    figures (values and current/stale states); a hand edit, or a figure stored without
+    regenerating, fails here."""
+    done = subprocess.run([sys.executable, "bench/readme_results.py", "--check"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

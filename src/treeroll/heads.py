@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["HeadReshaped", "check_logits", "head_at"]
+__all__ = ["HeadReshaped", "check_logits", "head_at", "head_at_works"]
 
 
 class HeadReshaped(RuntimeError):
@@ -45,3 +45,22 @@ def check_logits(model: Any, logits: torch.Tensor, count: int) -> None:
                            f"({tuple(logits.shape)}), so its logits cannot be computed at the "
                            "predicted positions alone")
 
+
+
+def head_at_works(model: Any) -> bool:
+    """Whether :func:`head_at` gives ``model`` logits at chosen positions: one forward of two
+    tokens, without a cache, selecting one position. False for a model without a separate
+    head, or one that reshapes (or fails on) its head's output; callers then compute every
+    position's logits, as before."""
+    if getattr(model, "get_output_embeddings", lambda: None)() is None:
+        return False
+    device = next(model.parameters()).device
+    one = torch.zeros(1, dtype=torch.long, device=device)
+    try:
+        with torch.no_grad(), head_at(model, one, one + 1):
+            logits = model(input_ids=torch.zeros(1, 2, dtype=torch.long, device=device),
+                           use_cache=False).logits
+        check_logits(model, logits, 1)
+    except (HeadReshaped, RuntimeError, IndexError, ValueError):
+        return False
+    return True

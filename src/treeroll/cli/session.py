@@ -24,6 +24,7 @@ from treeroll.config import TrainConfig, load_config
 from treeroll.engine.batch import rollout
 from treeroll.formatting import TurnFormat
 from treeroll.policies import Policy, build_policy, check_context_length
+from treeroll.policies.lora import LoraSettings
 from treeroll.strategies import PATR
 from treeroll.training.evaluation import task_pools
 from treeroll.training.runfolder import read_checkpoint
@@ -70,8 +71,10 @@ def load_run_config(run_dir: Path) -> TrainConfig:
         from treeroll.training.sft import SFTConfig
 
         sft: SFTConfig = load_config(path, SFTConfig)
+        # the exported policy is loaded merged: no adapter is trained on top of it
         return TrainConfig(env=sft.env, eval=sft.eval, rollout=sft.rollout, seed=sft.seed,
-                           policy=replace(sft.policy, init=str(run_dir / "policy")))
+                           policy=replace(sft.policy, init=str(run_dir / "policy"),
+                                          lora=LoraSettings()))
     config: TrainConfig = load_config(path)
     return config
 

@@ -10,6 +10,10 @@ too (its exported ``<run>/policy``); a shipped policy is named instead of a path
 * ``frozenlake-tiny`` -- a small Llama fine-tuned by ``treeroll sft --config
   configs/sft_frozenlake.yaml`` on FrozenLake (rLLM convention) planner episodes; reads grids
   through the ``cell_coordinates`` view. Its model card has the recipe and its figures.
+* ``smollm2-frozenlake`` -- a LoRA adapter (:mod:`treeroll.policies.lora`) over the
+  registry's SmolLM2-135M-Instruct (``smollm2-135m-instruct``, :mod:`treeroll.policies.fetch`),
+  made by ``treeroll sft --config configs/smollm2_sft.yaml``; reads the
+  ``cell_coordinates_safe`` view.
 
 Nothing is ever downloaded: shipped policies are files inside the package.
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,17 +32,25 @@ import torch
 
 from treeroll.base import Env, GridEnv, TurnLimitedEnv, VocabularyEnv
 from treeroll.formatting import TurnFormat
-from treeroll.policies.lora import is_adapter_folder, merge_adapter, save_adapter
+from treeroll.policies.lora import (
+    is_adapter_folder,
+    merge_adapter,
+    save_adapter,
+    weights_fingerprint,
+)
 from treeroll.policies.model import build_model, build_word_tokenizer, load_policy_files
 from treeroll.views import CELL_WORD_PATTERN, VIEWS
 
-__all__ = ["SHIPPED", "Policy", "build_policy", "check_context_length", "check_policy_files",
-           "has_policy", "load_policy", "longest_context", "max_positions", "policy_defaults",
-           "resolve_policy", "save_policy", "shipped_policies"]
+__all__ = ["SHIPPED", "Policy", "adapter_base", "build_policy", "check_context_length",
+           "check_policy_files", "has_policy", "load_policy", "longest_context", "max_positions",
+           "policy_defaults", "resolve_policy", "save_policy", "shipped_policies"]
 
 
 SHIPPED = ("frozenlake-tiny", "smollm2-frozenlake")
 """Names of the policies shipped inside the package."""
+_RECIPES = {"frozenlake-tiny": "configs/sft_frozenlake.yaml",
+            "smollm2-frozenlake": "configs/smollm2_sft.yaml"}
+"""The config that remakes each shipped policy (``treeroll sft --config ...``)."""
 
 _META_FILE = "treeroll.json"
 
@@ -107,7 +120,7 @@ def resolve_policy(spec: str) -> Path:
         if not has_policy(folder):
             raise FileNotFoundError(f"policy.init {spec!r}: the shipped policy's files are "
                                     f"missing from {folder}; make it with `treeroll sft "
-                                    "--config configs/sft_frozenlake.yaml`")
+                                    f"--config {_RECIPES[spec]} --export {folder}`")
         return folder
     if spec in REAL_POLICIES:
         return real_policy(spec)
@@ -152,10 +165,11 @@ def check_policy_files(folder: Path, spec: str | None = None) -> None:
                                 "tokenizer with tokenizer.save_pretrained(folder)")
 
 
-def policy_defaults(spec: str | None) -> dict[str, Any]:
+def policy_defaults(spec: str | None, _seen: frozenset[Path] = frozenset()) -> dict[str, Any]:
     """The settings a policy brings (``treeroll.json``'s ``defaults``, e.g. a real model's
     longer turn cap), read without loading or converting anything; ``{}`` when it has none
-    or ``spec`` names nothing readable (loading it later says why)."""
+    or ``spec`` names nothing readable, adapters naming each other in a loop included
+    (loading it later says why)."""
     from treeroll.policies.fetch import REAL_POLICIES
 
     if not spec:
@@ -170,17 +184,32 @@ def policy_defaults(spec: str | None) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     if isinstance(meta, dict) and "defaults" not in meta and isinstance(meta.get("base"), str) \
-            and meta["base"] != spec:
-        return policy_defaults(meta["base"])  # an adapter brings its base's settings
+            and folder.resolve() not in _seen:  # an adapter brings its base's settings
+        return policy_defaults(adapter_base(folder, meta["base"]), _seen | {folder.resolve()})
     defaults = meta.get("defaults", {}) if isinstance(meta, dict) else {}
     return defaults if isinstance(defaults, dict) else {}
 
 
-def load_policy(spec: str, view: str | None = None) -> Policy:
+def adapter_base(folder: Path, base: str) -> str:
+    """The policy an adapter folder's ``treeroll.json`` names as its ``base``: a named policy,
+    or a folder, relative to the adapter folder (as :func:`save_policy` writes it) or, for a
+    folder written before that, to the working directory."""
+    from treeroll.policies.fetch import REAL_POLICIES
+
+    if base in SHIPPED or base in REAL_POLICIES or Path(base).is_absolute():
+        return base
+    beside = folder / base
+    return str(beside.resolve()) if beside.is_dir() else base
+
+
+def load_policy(spec: str, view: str | None = None, *, _adapters: tuple[Path, ...] = ()
+                ) -> Policy:
     """Load a shipped policy by name, or a policy folder by path.
 
     ``view`` overrides the folder's recorded view (``treeroll.json``; ``plain`` when the
-    folder has none, as for any Hugging Face model folder)."""
+    folder has none, as for any Hugging Face model folder). An adapter folder loads its base
+    (refused when adapters name each other in a loop, or when the base's weights are not the
+    ones the adapter was trained over) and merges the adapter into it."""
     folder = resolve_policy(spec)
     meta: dict[str, Any] = {}
     if (folder / _META_FILE).is_file():
@@ -188,17 +217,37 @@ def load_policy(spec: str, view: str | None = None) -> Policy:
     chosen = view or meta.get("view", "plain")
     VIEWS.get(chosen)  # fails with the valid names
     if is_adapter_folder(folder):
-        base = meta.get("base")
-        if not isinstance(base, str) or Path(base).resolve() == folder.resolve():
-            raise ValueError(f"policy.init {spec!r}: the adapter folder {folder} does not name "
-                             "its base policy (treeroll.json's \"base\")")
-        base_policy = load_policy(base, chosen)
-        model, tokenizer = merge_adapter(base_policy.model, folder), base_policy.tokenizer
-        meta = {**base_policy.meta, **meta}
+        model, tokenizer, meta = _load_adapted(spec, folder, meta, chosen, _adapters)
     else:
         model, tokenizer = load_policy_files(folder)
     return Policy(model.eval(), tokenizer, chosen, meta,
                   system_in_user=bool(meta.get("system_in_user", False)))
+
+
+def _load_adapted(spec: str, folder: Path, meta: dict[str, Any], view: str,
+                  adapters: tuple[Path, ...]) -> tuple[Any, Any, dict[str, Any]]:
+    """An adapter folder's base, loaded and checked, with the adapter merged into it."""
+    base = meta.get("base")
+    chain = (*adapters, folder.resolve())
+    if not isinstance(base, str):
+        raise ValueError(f"policy.init {spec!r}: the adapter folder {folder} does not name "
+                         "its base policy (treeroll.json's \"base\")")
+    base = adapter_base(folder, base)
+    if base in SHIPPED or Path(base).expanduser().is_dir():
+        base_folder = resolve_policy(base).resolve()
+        if base_folder in chain:
+            loop = " -> ".join(str(f) for f in (*chain, base_folder))
+            raise ValueError(f"policy.init {spec!r}: adapter folders name each other as base "
+                             f"in a loop ({loop}); an adapter's base must be a model")
+    base_policy = load_policy(base, view, _adapters=chain)
+    expected = meta.get("base_fingerprint")
+    if expected is not None and (found := weights_fingerprint(base_policy.model)) != expected:
+        raise ValueError(f"policy.init {spec!r}: the adapter in {folder} was trained over "
+                         f"other weights than {base!r} holds now (base_fingerprint "
+                         f"{expected[:12]}..., found {found[:12]}...): load it over the base "
+                         "it was made from, or train the adapter again over this one")
+    return (merge_adapter(base_policy.model, folder), base_policy.tokenizer,
+            {**base_policy.meta, **meta})
 
 
 def save_policy(policy: Policy, path: str | Path, *, card: str | None = None,
@@ -207,12 +256,18 @@ def save_policy(policy: Policy, path: str | Path, *, card: str | None = None,
     """Write ``policy`` as a policy folder: model (safetensors), tokenizer, ``treeroll.json``
     (its view and ``meta``) and, if given, the model card ``README.md``. With ``adapter``
     (the ``peft`` wrapper :func:`treeroll.policies.lora.add_lora` returned) only the adapter
-    is written, and ``treeroll.json`` names ``base``, the policy it adapts."""
+    is written, and ``treeroll.json`` names ``base``, the policy it adapts (a folder base as a
+    path relative to ``path``, so the two can move together)."""
+    from treeroll.policies.fetch import REAL_POLICIES
+
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     if adapter is not None:
         if not base:
             raise ValueError("save_policy: an adapter needs the name of its base policy")
+        if base not in SHIPPED and base not in REAL_POLICIES and Path(base).is_dir():
+            # a folder base is written relative to the adapter: the two move together
+            base = os.path.relpath(Path(base).resolve(), path.resolve())
         save_adapter(adapter, path, base)  # the tokenizer and the weights are the base's
     else:
         policy.model.save_pretrained(path)

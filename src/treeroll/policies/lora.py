@@ -15,14 +15,17 @@ parameters trainable. treeroll's SFT trains adapters; its RL trains the merged w
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from treeroll.checks import checked
 
 __all__ = ["ADAPTER_FILES", "LoraSettings", "add_lora", "is_adapter_folder", "merge_adapter",
-           "save_adapter"]
+           "save_adapter", "weights_fingerprint"]
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 """The files of an adapter policy folder besides ``treeroll.json`` (``peft``'s names)."""
@@ -92,3 +95,16 @@ def merge_adapter(model: Any, folder: Path) -> Any:
         raise FileNotFoundError(f"policy folder {folder}: the adapter lacks {missing}")
     merged = peft.PeftModel.from_pretrained(model, folder).merge_and_unload()
     return merged.requires_grad_(True)  # peft froze the base: trainable again, as loaded
+
+
+def weights_fingerprint(model: Any) -> str:
+    """A SHA-256 of ``model``'s weights (every state-dict entry's name, dtype, shape and
+    values, in name order): an adapter records its base's, so that loading it over another
+    model of the same shape (another version of the base) is refused instead of merging into
+    the wrong weights. It reads the values, not a file, so it does not depend on how the base
+    was saved (~1 s for SmolLM2-135M here)."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()

@@ -13,7 +13,7 @@ the frontier they return (:mod:`treeroll.engine.loop` runs it):
 * ``igrpo`` -- IGRPO: branch where the expected information gain is highest.
 
 Adding one: a module here with the dataclass, and one ``STRATEGIES.register`` line below
-(ARCHITECTURE.md walks through it); or, from a package of your own, the module and one
+(docs/architecture.md walks through it); or, from a package of your own, the module and one
 ``treeroll.strategies`` entry point. Its settings then appear as ``strategy.<name>.*``.
 """
 

@@ -25,7 +25,7 @@ from treeroll.checks import ConfigError
 from treeroll.config import PolicyConfig, check_config, config_to_dict
 from treeroll.formatting import TurnFormat
 from treeroll.policies import Policy, build_policy, check_context_length, save_policy
-from treeroll.policies.lora import add_lora
+from treeroll.policies.lora import add_lora, weights_fingerprint
 from treeroll.training.evaluation import Reporter, Silent, evaluate, pool_words, task_pools
 from treeroll.training.lifecycle import Lifecycle
 from treeroll.training.runfolder import (
@@ -184,6 +184,8 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
                           make_env, folder.path / "tokenizer" if config.resume else None,
                           system_in_user=config.policy.system_in_user)
     check_context_length(policy, make_env, config.rollout.max_turn_tokens, held_out)
+    # the base's weights, recorded in the adapter's folder: loading it over others is refused
+    fingerprint = weights_fingerprint(policy.model) if lora.rank else None
     adapter = add_lora(policy.model, lora) if lora.rank else None  # policy.model adapted
     turn_format = policy.turn_format()
     skipped: list[str] = []
@@ -211,7 +213,7 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
 
     if config.resume:
         saved = life.restore(rng)
-        model.load_state_dict(saved["model"])
+        _load_weights(model, saved["model"], adapter is not None)
         optimizer.load_state_dict(saved["optimizer"])
         state.step, summary = int(saved["step"]), dict(saved["summary"])
         folder.keep_records_until(state.step)
@@ -224,7 +226,8 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
         append_jsonl(folder.metrics, {"step": 0, "eval": summary["start_eval"]})
 
     def checkpoint() -> None:
-        life.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+        life.save({"model": _weights(model, adapter is not None),
+                   "optimizer": optimizer.state_dict(),
                    "step": state.step, "summary": summary}, rng)
 
     # Ctrl-C, or a step count found absurd at step 2: the last whole step is kept (state.step
@@ -234,7 +237,32 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
         _loop(config, folder, model, optimizer, batches, state, summary, held_out_eval,
               checkpoint, policy.tokenizer.pad_token_id or 0, reporter)
     checkpoint()
-    return _finish(config, folder, policy, summary, held_out_eval, reporter, adapter)
+    return _finish(config, folder, policy, summary, held_out_eval, reporter, adapter,
+                   fingerprint)
+
+
+def _weights(model: Any, adapter: bool) -> dict[str, torch.Tensor]:
+    """What a checkpoint keeps of the model: every weight, or with an adapter only the
+    adapter's (trainable) ones, the base being rebuilt from ``policy.init`` on resume (a few
+    megabytes a checkpoint for SmolLM2 instead of half a gigabyte)."""
+    if not adapter:
+        return model.state_dict()
+    return {name: p.detach() for name, p in model.named_parameters() if p.requires_grad}
+
+
+def _load_weights(model: Any, state: dict[str, torch.Tensor], adapter: bool) -> None:
+    """Load what :func:`_weights` kept; a checkpoint holding other weights than the ones it
+    should (a run resumed with or without an adapter it did not have) is refused by name."""
+    if not adapter:
+        model.load_state_dict(state)
+        return
+    trained = {name for name, p in model.named_parameters() if p.requires_grad}
+    if set(state) != trained:
+        odd = sorted(set(state) ^ trained)[:3]
+        raise ValueError(f"the checkpoint does not hold this run's adapter weights (e.g. "
+                         f"{odd}); resume with the settings the run was started with (its "
+                         "config.yaml)")
+    model.load_state_dict(state, strict=False)
 
 
 def _resumable_changes(config: SFTConfig) -> tuple[str, ...]:
@@ -275,7 +303,7 @@ def _loop(config: SFTConfig, folder: RunFolder, model: Any, optimizer: Any,
 
 def _finish(config: SFTConfig, folder: RunFolder, policy: Policy, summary: dict[str, Any],
             held_out_eval: Callable[[int], dict[str, float]], reporter: Reporter,
-            adapter: Any = None) -> dict[str, Any]:
+            adapter: Any = None, fingerprint: str | None = None) -> dict[str, Any]:
     """The final evaluation, the policy folder (the adapter alone when there is one), the
     export and ``summary.json``."""
     if config.eval.tasks:
@@ -285,12 +313,16 @@ def _finish(config: SFTConfig, folder: RunFolder, policy: Policy, summary: dict[
         append_jsonl(folder.metrics, {"step": config.optim.steps, "final": True,
                                       "eval": summary["final_eval"]})
     policy.model.eval()
-    summary.update(steps=config.optim.steps, params=policy.parameters, commit=_git_commit(),
-                   trainable_params=sum(p.numel() for p in trainable_parameters(policy.model)))
+    trained = sum(p.numel() for p in trainable_parameters(policy.model))
+    # with an adapter, the model's own parameters (what loading the folder gives, merged)
+    params = policy.parameters - (trained if adapter is not None else 0)
+    summary.update(steps=config.optim.steps, params=params, commit=_git_commit(),
+                   trainable_params=trained)
     meta = {"made_by": {"command": "treeroll sft", "config": config_to_dict(config),
                         "commit": summary["commit"]},
             "eval": {k: summary[k] for k in ("start_eval", "final_eval") if k in summary},
-            "params": policy.parameters}
+            "params": params,
+            **({"base_fingerprint": fingerprint} if fingerprint is not None else {})}
     target = save_policy(policy, folder.path / "policy", card=model_card(config, summary),
                          meta=meta, adapter=adapter, base=config.policy.init)
     if config.export:

@@ -47,7 +47,7 @@ from treeroll.backends.hf.decode import DecodeBatch, Prefilled, _Row
 from treeroll.backends.hf.kv_trie import KV, KVTrie
 from treeroll.backends.weights import model_device, take_weights
 from treeroll.base import Completion, GenerationRequest, SamplingParams
-from treeroll.heads import check_logits, head_at
+from treeroll.heads import check_logits, head_at, head_at_works
 
 __all__ = ["HFBackend"]
 
@@ -85,6 +85,7 @@ class HFBackend:
         self.replay = replay and self.keep_logits
         self._logits: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
         self._kept_bytes = 0
+        self._head_at_works: bool | None = None  # probed at the first prefill
         self._stream: DecodeBatch | None = None  # the continuous batch (submit / advance)
         self._queued: list[_Row] = []
         self._tickets = 0
@@ -369,8 +370,10 @@ class HFBackend:
         # whose rounding differs (~1e-6), and a request's logits must not depend on how many
         # share its batch (tests/test_backend.py); from a few rows on, each row's logits are
         # those the full head gives it.
-        if getattr(self.model, "get_output_embeddings", lambda: None)() is None:
-            return self.model(**kwargs).logits.float().cpu()  # no separate head: all logits
+        if self._head_at_works is None:
+            self._head_at_works = head_at_works(self.model)
+        if not self._head_at_works:  # no separate head, or one that reshapes its output
+            return self.model(**kwargs).logits[:, -1:].float().cpu()
         batch, last = input_ids.shape
         rows = torch.cat([torch.arange(batch), torch.zeros(max(LAST_ROWS - batch, 0),
                                                            dtype=torch.long)]).to(device)
