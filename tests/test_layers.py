@@ -20,8 +20,8 @@ LAYERS: list[set[str]] = [
     {"assemble"},  # the one door: config -> plug-ins
     {"config"},  # the run config, built from the plug-ins' own configs
     {"engine", "strategies", "credit", "scorers", "envs", "backends", "policies"},  # plug-ins
-    {"base", "environment", "tree", "checks", "registry", "formatting", "views", "viz", "heads",
-     "_moved"},  # contracts
+    {"base", "environment", "tree", "checks", "registry", "formatting", "views", "viz",
+     "heads"},  # contracts
 ]
 """Each top-level unit of ``treeroll`` (a package or a module) and its layer."""
 

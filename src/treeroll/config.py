@@ -10,7 +10,6 @@ import dataclasses
 import json
 import types
 import typing
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -224,62 +223,12 @@ def _build(cls: type[T], data: Any, where: str) -> T:
     return built
 
 
-def _moved_key_table() -> dict[tuple[str, str], str]:
-    from treeroll.credit import AdvantageSection
-    from treeroll.envs import EnvSection
-    from treeroll.scorers import ScorerSection
-
-    return {(section, old): new for section, cls in (("env", EnvSection),
-                                                      ("scorer", ScorerSection),
-                                                      ("advantage", AdvantageSection))
-            for old, new in cls.renamed.items()}
-
-
-MOVED_KEYS: dict[tuple[str, str], str] = _moved_key_table()
-"""``(section, key of treeroll 0.1)`` -> its place in the section now (``frozenlake.size_min``):
-read from YAML and the command line with a warning, for one release."""
-
-
-def _moved_keys(cls: type, data: dict[str, Any], where: str, warn: bool = True,
-                problems: list[str] | None = None) -> dict[str, Any]:
-    """``data`` with the keys treeroll 0.1 kept in a section but 0.2 keeps in a plug-in's
-    block (``cls.renamed``: ``env.size_min`` -> ``env.frozenlake.size_min``) moved there.
-    One :class:`FutureWarning` lists the moved keys whose value is not the default (a 0.1 run
-    folder's ``config.yaml`` writes every key); an old key given beside its new one is a
-    problem naming both (in ``problems``, else a ``ValueError``)."""
-    renamed: dict[str, str] = getattr(cls, "renamed", None) or {}  # a section's ClassVar
-    moved = [key for key in data if key in renamed]
-    if not moved:
-        return data
-    data, hints, said = dict(data), typing.get_type_hints(cls), []
-    for key in moved:
-        block, _, inner = renamed[key].partition(".")
-        old, new = f"{where}.{key}".lstrip("."), f"{where}.{renamed[key]}".lstrip(".")
-        given = data.get(block) or {}
-        if isinstance(given, dict) and inner in given:
-            message = f"config keys {old} (treeroll 0.1) and {new} are both set: keep {new}"
-            if problems is None:
-                raise ValueError(message)
-            problems.append(message)
-            data.pop(key)
-            continue
-        value = data.pop(key)
-        if value != getattr(hints[block](), inner):
-            said.append(f"{old} -> {new}")
-        data[block] = {**given, inner: value}
-    if warn and said:
-        warnings.warn(f"config keys moved in treeroll 0.2 (the old ones go in 0.3): "
-                      f"{', '.join(said)}", FutureWarning, stacklevel=2)
-    return data
-
-
 def _collect(cls: type[T], data: Any, where: str, problems: list[str]) -> T:
     if data is None:
         return cls()
     if not isinstance(data, dict):
         problems.append(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
         return cls()
-    data = _moved_keys(cls, data, where, problems=problems)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {}
@@ -359,34 +308,19 @@ def _merged(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
 
 def as_current(cls: type, saved: dict[str, Any]) -> dict[str, Any]:
     """Settings a run folder saved (its ``config.yaml``), read as this version of ``cls``
-    would write them: keys moved since (silently), blocks added since (their defaults), so
-    that comparing them with a config of today shows only real differences. A file that no
-    longer reads is returned as it is (the comparison then names what differs)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        try:
-            return config_to_dict(_build(cls, saved, ""))
-        except ValueError:
-            return saved
+    would write them: blocks added since get their defaults, so that comparing them with a
+    config of today shows only real differences. A file that no longer reads is returned as
+    it is (the comparison then names what differs)."""
+    try:
+        return config_to_dict(_build(cls, saved, ""))
+    except ValueError:
+        return saved
 
 
 def merged_config(base: T, overlay: dict[str, Any]) -> T:
     """``base`` with a config mapping (a YAML file's) on top, recursively; its keys and
-    values are checked as a config file's are (keys moved since 0.1 are read where they live
-    now before the two are merged)."""
-    return _build(type(base), _merged(config_to_dict(base), _migrated(type(base), overlay, "")),
-                  "")
-
-
-def _migrated(cls: Any, data: Any, where: str) -> Any:
-    """``data`` with the moved keys of every section in it moved (:func:`_moved_keys`)."""
-    if not isinstance(data, dict) or not isinstance(cls, type) or not dataclasses.is_dataclass(cls):
-        return data
-    data = _moved_keys(cls, data, where)
-    hints = typing.get_type_hints(cls)
-    return {key: _migrated(hints[key], value, f"{where}.{key}".lstrip("."))
-            if key in hints and dataclasses.is_dataclass(hints[key]) else value
-            for key, value in data.items()}
+    values are checked as a config file's are."""
+    return _build(type(base), _merged(config_to_dict(base), overlay), "")
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:
@@ -576,7 +510,6 @@ def _known(cls: Any, mapping: dict[str, Any]) -> dict[str, Any]:
     import dataclasses
     import typing
 
-    mapping = _moved_keys(cls, mapping, "", warn=False)  # a policy folder written by 0.1
     hints = typing.get_type_hints(cls)
     out: dict[str, Any] = {}
     for item in dataclasses.fields(cls):

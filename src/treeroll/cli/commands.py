@@ -12,7 +12,6 @@ import inspect
 import json
 import os
 import sys
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, is_dataclass, replace
 from pathlib import Path
@@ -62,26 +61,6 @@ def _policy_spelling(command: str, args: list[str]) -> list[str]:
         name, equals, value = arg.partition("=")
         out.append(f"{target}={value}" if equals and name in aliases else
                    target if arg in aliases else arg)
-    return out
-
-
-def _moved_flags(args: list[str]) -> list[str]:
-    """``args`` with the options treeroll 0.1 had in a section but 0.2 has in a plug-in's
-    block (``--env.size-min`` -> ``--env.frozenlake.size-min``; the sections' ``renamed``)
-    rewritten, each with a :class:`FutureWarning` naming both."""
-    from treeroll.config import MOVED_KEYS
-
-    out = []
-    for arg in args:
-        name, equals, value = arg.partition("=")
-        parts = name[2:].split(".") if name.startswith("--") else []
-        key = (parts[-2], parts[-1].replace("-", "_")) if len(parts) >= 2 else None
-        if key in MOVED_KEYS:
-            new = "--" + ".".join([*parts[:-1], MOVED_KEYS[key].replace("_", "-")])
-            warnings.warn(f"{name} is now {new} (treeroll 0.2); the old option goes in 0.3",
-                          FutureWarning, stacklevel=2)
-            name = new
-        out.append(name + equals + value if parts else arg)
     return out
 
 
@@ -194,7 +173,7 @@ def _parse(cls: type[T], args: list[str], description: str, *, command: str,
     default; errors point at ``treeroll <command> --help``."""
     config_path = None
     rest = []
-    args = _moved_flags(_policy_spelling(command, args))
+    args = _policy_spelling(command, args)
     i = 0
     while i < len(args):
         if args[i] == "--config":

@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import inspect
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from treeroll.base import AdvantageEstimator
 from treeroll.checks import checked
@@ -80,9 +80,6 @@ class AdvantageSection:
     eps: float = checked(1e-6, ge=0)
     """``grpo``, ``tree``, ``gigpo``, ``arpo_hard``, ``sao``: added to the std before dividing."""
 
-    renamed: ClassVar[dict[str, str]] = {"omega": "gigpo.omega", "gamma": "gigpo.gamma",
-                                         "beta": "planpo.beta"}
-    """Keys of treeroll 0.1 -> where they live now (read with a deprecation warning)."""
 
     if TYPE_CHECKING:  # the estimators' blocks, added by plugin_section
         def __getattr__(self, name: str) -> Any: ...

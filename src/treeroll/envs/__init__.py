@@ -7,7 +7,7 @@ import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from treeroll.base import Env
 from treeroll.checks import checked
@@ -96,11 +96,6 @@ class EnvSection:
     task_seed: int = checked(0, ge=0)
     """Seed of the generator that draws the training pool's task seeds."""
 
-    renamed: ClassVar[dict[str, str]] = {
-        "size_min": "frozenlake.size_min", "size_max": "frozenlake.size_max",
-        "slippery": "frozenlake.slippery", "format_penalty": "frozenlake.format_penalty",
-        "instances": "swe.instances", "repos": "swe.repos"}
-    """Keys of treeroll 0.1 -> where they live now (read with a deprecation warning)."""
 
     if TYPE_CHECKING:  # the environments' blocks, added by plugin_section
         def __getattr__(self, name: str) -> Any: ...

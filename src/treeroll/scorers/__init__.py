@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from treeroll.base import GenerationBackend, ProcessScorer
 from treeroll.checks import checked
@@ -94,10 +94,6 @@ class ScorerSection:
     pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
     them as its fields, a builder as keywords."""
 
-    renamed: ClassVar[dict[str, str]] = {"blend_a": "blend.a", "blend_b": "blend.b",
-                                         "blend_lambda": "blend.weight",
-                                         "judge_model_path": "judge.model_path"}
-    """Keys of treeroll 0.1 -> where they live now (read with a deprecation warning)."""
 
     if TYPE_CHECKING:  # the scorers' blocks, added by plugin_section
         def __getattr__(self, name: str) -> Any: ...
