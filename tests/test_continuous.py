@@ -194,3 +194,22 @@ def test_the_config_check_refuses_continuous_batching_on_a_registered_backend_th
     with pytest.raises(ValueError, match=r"--rollout\.continuous is on, which needs "
                        r"--rollout\.synchronous false"):
         check_config(replace(streaming, rollout=replace(streaming.rollout, synchronous=True)))
+
+
+def test_the_engine_refuses_a_stream_that_is_still_busy_when_every_reply_is_in(
+        tiny_model, word_tokenizer) -> None:
+    """The engine keeps its own ledger of submitted requests; a backend still busy after the
+    last reply the engine waited for holds requests nobody will collect (a later rollout would
+    receive them), so the rollout stops with an error instead of finishing quietly."""
+
+    class Leaky(HFBackend):
+        @property
+        def busy(self) -> bool:
+            return True
+
+    config = RolloutConfig(max_turn_tokens=4, synchronous=False, continuous=True)
+    rollout([3], lambda: make_frozenlake("rllm"), HFBackend(tiny_model),
+            TurnFormat(word_tokenizer), Chain(group_size=2), config=config, seed=1)
+    with pytest.raises(RuntimeError, match="still holds requests"):
+        rollout([3], lambda: make_frozenlake("rllm"), Leaky(tiny_model),
+                TurnFormat(word_tokenizer), Chain(group_size=2), config=config, seed=1)

@@ -2,28 +2,40 @@
 
 Every module's imports are read from its source (``ast``: imports inside functions and
 ``TYPE_CHECKING`` blocks count too, since a type-only import still couples the modules). The
-layers, top to bottom, are ARCHITECTURE.md's.
+layers, top to bottom, are read from the architecture page's table (docs/architecture.md).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "treeroll"
 
-LAYERS: list[set[str]] = [
-    {"cli", "adapters"},  # what users run and the trainers they use
-    {"training"},  # the RL and SFT loops, the update
-    {"assemble"},  # the one door: config -> plug-ins
-    {"config"},  # the run config, built from the plug-ins' own configs
-    {"engine", "strategies", "credit", "scorers", "envs", "backends", "policies"},  # plug-ins
-    {"base", "environment", "tree", "checks", "registry", "formatting", "views", "viz",
-     "heads"},  # contracts
-]
-"""Each top-level unit of ``treeroll`` (a package or a module) and its layer."""
+ARCHITECTURE = SRC.parent.parent / "docs" / "architecture.md"
+
+
+def read_layers(page: str) -> list[set[str]]:
+    """The layer table of the architecture page (*The packages and their layers*): each row's
+    layer number and the units its second column names (```cli/```, ```assemble.py```), top
+    layer first."""
+    layers: dict[int, set[str]] = {}
+    for line in page.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or not cells[0][:1].isdigit():
+            continue
+        number = int(cells[0].split()[0])
+        names = re.findall(r"`([a-z_]+)(?:/|\.py)`", cells[1])
+        layers.setdefault(number, set()).update(names)
+    return [layers[n] for n in sorted(layers)]
+
+
+LAYERS: list[set[str]] = read_layers(ARCHITECTURE.read_text())
+"""Each top-level unit of ``treeroll`` (a package or a module) and its layer, as the
+architecture page's table says (the one source: no copy of it here)."""
 
 
 def _unit(module: str) -> str | None:
@@ -69,7 +81,8 @@ def layer_of(unit: str) -> int:
     for index, members in enumerate(LAYERS):
         if unit in members:
             return index
-    raise AssertionError(f"treeroll.{unit} has no layer: add it to LAYERS (and ARCHITECTURE.md)")
+    raise AssertionError(f"treeroll.{unit} has no layer: add it to the layer table of "
+                         "docs/architecture.md")
 
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
@@ -113,6 +126,14 @@ def cycles(graph: dict[str, set[str]], level: int) -> list[list[str]]:
         if start not in state:
             visit(start, [start])
     return found
+
+
+def test_the_layer_table_is_read_from_the_architecture_page():
+    assert len(LAYERS) == 6
+    assert LAYERS[0] == {"cli", "adapters"} and "training" in LAYERS[1]
+    assert {"base", "tree", "heads", "registry", "viz"} <= LAYERS[-1]
+    assert read_layers("| 1 (top) | `cli/` | x |\n| 2 | `a.py`, `b/` | y |") == [
+        {"cli"}, {"a", "b"}]
 
 
 def test_every_unit_of_the_package_has_a_layer():

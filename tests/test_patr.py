@@ -356,3 +356,12 @@ def test_train_with_patr_and_no_scorer_scores_with_the_env_scorer(tmp_path) -> N
     gym = replace(config, name="gym", env=replace(config.env, name="gym:CliffWalking-v1"))
     with pytest.raises(ValueError, match=r"--scorer\.name"):
         train(gym)
+
+
+def test_the_random_tree_refuses_scores() -> None:
+    """``random_tree`` with ``use_scores`` on would be PATR under another name."""
+    from treeroll.strategies import RandomTree
+
+    with pytest.raises(ValueError, match=r"random_tree\.use_scores is always false"):
+        RandomTree(use_scores=True)
+    assert RandomTree().use_scores is False

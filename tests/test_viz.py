@@ -43,7 +43,7 @@ def small_tree() -> RolloutTree:
               note="branch: 2 children")
     _turn(tree, a, "go east", NodeStatus.TERMINAL, terminated=True, reward=1.0,
           info={"success": True}, note="reached goal")
-    a2 = _turn(tree, a, f"say {EVIL}", NodeStatus.KEPT, score=0.4, score_reason=EVIL)
+    a2 = _turn(tree, a, f"say {EVIL}", NodeStatus.EXPANDED, score=0.4, score_reason=EVIL)
     _turn(tree, a2, "wait", NodeStatus.BUDGET, note="token budget")
     _turn(tree, a2, "wait more", NodeStatus.TRUNCATED, truncated=True, note="turn limit")
     _turn(tree, tree.root, "go south", NodeStatus.PRUNED, score=0.05, note="score < 0.1")

@@ -1,6 +1,6 @@
 """Every extension point of treeroll, declared in one place.
 
-treeroll has five kinds of plug-in. Each is a ``typing.Protocol`` (or a ``Callable`` alias) over
+treeroll has six kinds of plug-in. Each is a ``typing.Protocol`` (or a ``Callable`` alias) over
 small typed records, so the rollout engine and the trainer never branch on a plug-in's name:
 
 * :class:`Env` -- a text environment that can be forked (``reset`` / ``step`` / ``fork``).

@@ -47,7 +47,6 @@ class NodeStatus:
 
     ACTIVE = "active"  # on the frontier, will be extended
     EXPANDED = "expanded"  # has children (branch point if more than one)
-    KEPT = "kept"  # PATR: survived a scoring round unchanged
     TERMINAL = "terminal"  # the environment ended the episode (goal, hole, submit)
     TRUNCATED = "truncated"  # the environment's step / turn limit ended it
     PRUNED = "pruned"  # a strategy stopped it early (score or repetition)

@@ -122,7 +122,7 @@ def tree_advantage(tree: RolloutTree, *, eps: float = 1e-6, std: str = "populati
 
 
 def treerl(tree: RolloutTree, *, leaf_normalise: bool = True) -> dict[int, float]:
-    """TreeRL's process advantage of every turn ``n`` (ALGORITHMS.md section 7):
+    """TreeRL's process advantage of every turn ``n`` (docs/methods.md):
     ``(V(n) - V(root)) + (V(n) - V(parent(n)))`` with ``V`` the mean trajectory reward of the
     group's leaves below a node, divided by ``sqrt(|L(n)|)`` (the leaves below ``n``) when
     ``leaf_normalise``, treeroll's reading of the paper's leaf-level normalisation, which keeps
@@ -147,7 +147,7 @@ def treerl(tree: RolloutTree, *, leaf_normalise: bool = True) -> dict[int, float
 
 def arpo_hard(tree: RolloutTree, *, eps: float = 1e-6, std: str = "population",
               singleton: str = "zero") -> dict[int, float]:
-    """ARPO's "hard" advantage (ALGORITHMS.md section 6): every turn gets the mean GRPO
+    """ARPO's "hard" advantage (docs/methods.md): every turn gets the mean GRPO
     advantage of the group's leaves that share it (the leaves below its node), so a turn on
     one leaf's path alone keeps that leaf's GRPO advantage and a prefix shared by a winning
     and a losing leaf is pushed by their average, not once per leaf with opposite signs.
@@ -164,7 +164,7 @@ def arpo_hard(tree: RolloutTree, *, eps: float = 1e-6, std: str = "population",
 
 def gigpo(tree: RolloutTree, *, omega: float = 1.0, gamma: float = 0.95, eps: float = 1e-6,
           std: str = "population", singleton: str = "zero") -> list[np.ndarray]:
-    """GiGPO (Feng et al. 2025, verl-agent; ALGORITHMS.md section 7) on a task's tree: per
+    """GiGPO (Feng et al. 2025, verl-agent; docs/methods.md) on a task's tree: per
     leaf, one value per turn ``t``: ``A_episode(leaf) + omega * A_step(leaf, t)``.
 
     ``A_episode`` is GRPO over the group's leaves. ``A_step`` groups the steps of all leaves
@@ -203,7 +203,7 @@ def gigpo(tree: RolloutTree, *, omega: float = 1.0, gamma: float = 0.95, eps: fl
 
 
 def treepo(tree: RolloutTree, *, eps: float = 1e-6, std: str = "population") -> np.ndarray:
-    """TreePO's subgroup advantage (ALGORITHMS.md section 7), one value per leaf.
+    """TreePO's subgroup advantage (docs/methods.md), one value per leaf.
 
     For every depth ``d`` at which a leaf's path has a node (the root, depth 0, is the whole
     group), the leaf's reward minus the mean reward of the group's leaves through that node;
@@ -226,7 +226,7 @@ def treepo(tree: RolloutTree, *, eps: float = 1e-6, std: str = "population") -> 
 
 def progress_conditioned(tree: RolloutTree, *, eps: float = 1e-6, std: str = "population",
                          singleton: str = "zero") -> np.ndarray:
-    """Progress-conditioned GPO (ALGORITHMS.md section 7): plain GRPO, except when every leaf
+    """Progress-conditioned GPO (docs/methods.md): plain GRPO, except when every leaf
     of the group has reward 0; then the leaves are ranked by observation coverage instead, so
     an all-failure group still carries a signal.
 
@@ -325,7 +325,7 @@ def _per_token(leaf: Node, turn_values: Sequence[float]) -> np.ndarray:
 
 @dataclass(frozen=True)
 class BatchBaseline:
-    """SAO's baseline as treeroll reads it (ALGORITHMS.md section 8): with one rollout per
+    """SAO's baseline as treeroll reads it (docs/methods.md): with one rollout per
     task there is no group to compare with, so each leaf is compared with the *other tasks*
     of the batch: ``A = (R - mean of the rewards of the leaves of every other tree) /
     (std of all the batch's rewards + eps)``; 0 for a batch of one task. Leave-one-task-out

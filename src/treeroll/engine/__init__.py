@@ -1,4 +1,9 @@
-"""The rollout engine: grows every task's tree of a batch turn by turn, without barriers.
+"""The rollout engine: grows every task's tree of a batch turn by turn.
+
+By default (``rollout.synchronous: true``) in rounds, every backend call waiting for every
+environment step of the last one, as the papers' released code does; unsynchronised, without
+barriers: a branch's next request goes out as soon as its own observation is ready
+(docs/concepts.md, *The engine*).
 
 :func:`rollout` is the entry (:mod:`treeroll.engine.batch`); the loop it runs
 (:mod:`treeroll.engine.loop`), the token budgets (:mod:`~treeroll.engine.budgets`), contained

@@ -2,7 +2,7 @@
 (:class:`treeroll.base.Allocator`).
 
 * ``uniform`` (:class:`UniformAllocator`): every task the same budget, once.
-* ``vigor`` (:class:`Vigor`): VIGOR's variance-guided allocation (ALGORITHMS.md section 5).
+* ``vigor`` (:class:`Vigor`): VIGOR's variance-guided allocation (docs/methods.md).
   Every task starts with ``m0`` rollouts; in each later round the tasks kept from the round
   before are ranked by the variance of their group's rewards, the top ``alpha`` of them are
   kept and their rollout count is multiplied by ``gamma``. VIGOR decides *how much* a task

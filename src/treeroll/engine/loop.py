@@ -210,6 +210,9 @@ class _Engine:
             self._absorb(self._collect(may_wait=not self.ready and not self.waiting))
             if done and self.on_turn is not None:  # live: queued or decoding
                 self.on_turn(self.turns, len(self.ready) + len(self.waiting))
+        if backend.busy:  # its own ledger and the engine's must agree, or stray replies follow
+            raise RuntimeError(f"{type(backend).__name__} still holds requests that the engine "
+                               "neither submitted nor collected (busy after the last reply)")
 
     def _requests(self, batch: list[_Branch]) -> list[GenerationRequest]:
         """One request per branch: its context, its token cap, its seed."""

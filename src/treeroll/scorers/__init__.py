@@ -1,4 +1,4 @@
-"""Process scorers: PATR's feedback on partial trajectories (ALGORITHMS.md section 3).
+"""Process scorers: PATR's feedback on partial trajectories (docs/methods.md).
 
 Every scorer implements :class:`treeroll.base.ProcessScorer`: called with a tree and the nodes
 to score (batched), it returns one :class:`~treeroll.base.Score` per node, a value in ``[0, 1]``

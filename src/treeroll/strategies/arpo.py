@@ -1,5 +1,4 @@
-"""ARPO / AEPO: branch after an observation when the policy grows uncertain (ALGORITHMS.md
-section 6).
+"""ARPO / AEPO: branch after an observation when the policy grows uncertain (docs/methods.md).
 
 ARPO (agentic reinforced policy optimisation) starts ``initial`` full trajectories out of a
 per-task budget of ``m`` and spends the rest, the *partial* budget, on branches: after every

@@ -1,5 +1,4 @@
-"""IGRPO as treeroll defines it: expansion budget spent where it informs most (ALGORITHMS.md
-section 4).
+"""IGRPO as treeroll defines it: expansion budget spent where it informs most (docs/methods.md).
 
 Only IGRPO's abstract is public (budget-aware tree rollouts that allocate expansions by each
 node's informativeness, progressively suppress unpromising branches, and optimise toward the

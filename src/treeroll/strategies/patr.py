@@ -1,4 +1,4 @@
-"""``patr``: PATR (ALGORITHMS.md section 3): B0 branches, advance K turns, score, expand the
+"""``patr``: PATR (docs/methods.md): B0 branches, advance K turns, score, expand the
 top-k into M children each, let the middle survive, prune ``s < median(s) - alpha`` or Theta
 repeats of one action; pruned branches stay in the group as negatives (option)."""
 
@@ -18,7 +18,7 @@ __all__ = ["PATR"]
 
 @dataclass
 class PATR:
-    """Process-scorer guided Adaptive Tree Rollout (ALGORITHMS.md section 3).
+    """Process-scorer guided Adaptive Tree Rollout (docs/methods.md).
 
     Every ``k_turns`` turns all active branches are scored; the ``top_k`` best expand into
     ``m`` children each (the parent is replaced by its children), branches with

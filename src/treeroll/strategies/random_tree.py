@@ -16,6 +16,12 @@ class RandomTree(PATR):
     """PATR's schedule with random scores and no score pruning (the paper's random tree)."""
 
     use_scores: bool = False
-    """Always False for the random tree."""
+    """Always False for the random tree (true would be PATR itself: refused)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.use_scores:
+            raise ValueError("random_tree.use_scores is always false (with scores it is "
+                             "PATR): use --strategy.name patr")
 
     name: ClassVar[str] = "random_tree"

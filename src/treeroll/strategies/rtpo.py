@@ -1,4 +1,4 @@
-"""RTPO as treeroll reads it: sparse *reverse* trees (ALGORITHMS.md section 8).
+"""RTPO as treeroll reads it: sparse *reverse* trees (docs/methods.md).
 
 Only RTPO's abstract is known: rollouts as sparse reverse trees, branching from the *late*
 decision points of finished trajectories first, and turn-level updates in reverse temporal

@@ -1,4 +1,4 @@
-"""``tree_grpo``: Tree-GRPO (ALGORITHMS.md section 2): M chains, then L rounds in which N
+"""``tree_grpo``: Tree-GRPO (docs/methods.md): M chains, then L rounds in which N
 non-leaf nodes of each of the M subtrees are picked uniformly (with replacement) and continued
 to the end; optionally k random leaves kept per subtree (in ``finish``, so the budget ending a
 rollout early does not skip it)."""

@@ -6,7 +6,7 @@ contexts, hence identical logits, so merging is exact; keying on the mask and th
 well means two leaves only share a token when its whole loss input is the same (sibling branches
 that happen to sample the same tokens with different recorded logprobs stay apart, still exact).
 
-Every trie token carries the aggregate of the leaves through it (ALGORITHMS.md section 7): with
+Every trie token carries the aggregate of the leaves through it (docs/concepts.md): with
 per-leaf weight ``w`` (the normalisation of :func:`treeroll.training.loss.token_weights`) and
 advantage ``A`` (the leaf's value at that token: one per leaf, or per turn, per token), the
 expanded loss ``sum_leaves -w * min(r * A, clip(r) * A)`` equals

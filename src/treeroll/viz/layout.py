@@ -15,7 +15,7 @@ __all__ = ["tree_headline"]
 
 # Status categories shown in legends: (label, fill colour). Okabe-Ito palette (colour-blind safe).
 _CATEGORIES: dict[str, tuple[str, str]] = {
-    "expanded": ("expanded / kept", "#bbbbbb"),
+    "expanded": ("expanded", "#bbbbbb"),
     "success": ("terminal: success", "#009e73"),
     "failure": ("terminal: failure", "#d55e00"),
     "truncated": ("truncated", "#e69f00"),
@@ -28,7 +28,6 @@ _CATEGORIES: dict[str, tuple[str, str]] = {
 }
 _STATUS_TO_CATEGORY = {
     NodeStatus.EXPANDED: "expanded",
-    NodeStatus.KEPT: "expanded",
     NodeStatus.TRUNCATED: "truncated",
     NodeStatus.PRUNED: "pruned",
     NodeStatus.BUDGET: "budget",
