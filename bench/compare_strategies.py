@@ -19,7 +19,7 @@ never); then ``patr_minus_chain``, ``patr_separated_from_chain`` (PATR's interva
 above chain's) and ``patr_tokens_over_chain`` (PATR's tokens to reach chain's final over
 chain's own). With ``targets`` in the config (``configs/compare_hard.yaml``), each strategy
 also carries ``seeds`` and ``tokens_to_target``: per target, the mean tokens over seeds with a
-bootstrap 95% interval and the ratio to chain's (``treeroll.cli.efficiency``).
+bootstrap 95% interval and the ratio to chain's (``treeroll.stats``).
 
     python bench/compare_strategies.py --config configs/compare_hard.yaml \
         --copy-to docs/compare_hard
@@ -36,8 +36,8 @@ from pathlib import Path
 import numpy as np
 
 from treeroll.cli.compare import CompareConfig, run_compare
-from treeroll.cli.efficiency import crossing
 from treeroll.config import load_config
+from treeroll.stats import crossing
 from treeroll.training.runfolder import move_aside
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,7 +83,7 @@ def reach_of(runs: list[dict], chain_runs: list[dict], resamples: int = 2000,
         b = theirs[rng.integers(0, len(theirs), len(theirs))]
         final = float(b[:, -1, 1].mean())
         theirs_at = _mean_crossing(b, final)
-        # as treeroll.cli.efficiency.ratio_to: a resample with no ratio counts as never
+        # as treeroll.stats.ratio_to: a resample with no ratio counts as never
         samples.append(_mean_crossing(a, final) / theirs_at if theirs_at > 0 else math.inf)
     ordered = np.sort(np.asarray(samples))  # inf sorts last; percentile() would make nan
     low, high = ordered[int(0.025 * resamples)], ordered[int(0.975 * resamples) - 1]

@@ -41,8 +41,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from treeroll.cli.compare import t_interval
 from treeroll.config import load_config, merged_config
+from treeroll.stats import t_interval
 from treeroll.training.trainer import train
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "frozenlake_rllm.yaml"

@@ -7,7 +7,7 @@ for the largest worker count); each worker is an actor with one CPU and one torc
 own copy of the policy and its own transformers backend. The single-process reference runs
 with one torch thread too, so the comparison is per core. Each setting first runs a warm-up
 batch (actor start, first forward), then ``--repeats`` timed batches; a rollout is one leaf
-(trajectory). ``identical_to_local`` is :func:`treeroll.cli.ray_workers.same_trees` of every
+(trajectory). ``identical_to_local`` is :func:`treeroll.distributed.same_trees` of every
 worker count's trees against the single-process trees of the same tasks and seed.
 
 On this 2-core machine 2 workers can at best double the rate; the driver and Ray's own
@@ -28,7 +28,7 @@ import ray
 import torch
 
 from treeroll.backends.hf import HFBackend
-from treeroll.cli.ray_workers import RayRollout, same_trees
+from treeroll.distributed import RayRollout, same_trees
 from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.policies import load_policy

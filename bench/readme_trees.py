@@ -14,8 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from treeroll.cli.compare import t_interval
-from treeroll.cli.efficiency import target_section
+from treeroll.stats import t_interval, target_section
 
 TREES = ("tree_grpo", "patr")
 """The trees the hypotheses name (H2, H3)."""
@@ -185,7 +184,7 @@ The report, with every seed, is `docs/{name}/report.md`.
                     f"{report[a]['leaves_per_1k_tokens']:.1f} | {_share(r['signal_groups'])} | "
                     f"{'1 (the reference)' if a == 'chain' else _ratio(r.get('reach_chain_final'))}"
                     " |")
-    # the report's own tokens-to-target table, from its runs (treeroll.cli.efficiency)
+    # the report's own tokens-to-target table, from its runs (treeroll.stats)
     lines, _ = target_section({a: report[a]["runs"] for a in arms}, [float(t) for t in targets])
     rows += ["", "Generated tokens to reach a held-out success. " + lines[3], ""] + lines[5:]
     cpu_hours = sum(report[a]["wall_seconds"] * len(report[a]["runs"]) for a in arms) / 3600

@@ -20,8 +20,9 @@ import pytest
 import torch
 import yaml
 
-from treeroll.cli.compare import CompareConfig, _t_quantile, _write_report, run_compare, t_interval
+from treeroll.cli.compare import CompareConfig, _write_report, run_compare
 from treeroll.config import config_to_dict, load_config
+from treeroll.stats import t_interval, t_quantile
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,7 +41,7 @@ def _clipped_t_interval(values: list[float]) -> tuple[float, float, float]:
 
 @pytest.mark.parametrize("df", sorted(T_TABLE))
 def test_t_quantile_matches_the_table(df: int) -> None:
-    assert _t_quantile(df) == pytest.approx(T_TABLE[df], abs=1e-3)
+    assert t_quantile(df) == pytest.approx(T_TABLE[df], abs=1e-3)
 
 
 @pytest.mark.parametrize("values", [[0.1, 0.15, 0.3, 0.2, 0.25, 0.05, 0.12],

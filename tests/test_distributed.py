@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from treeroll.cli.ray_workers import RayRollout, RolloutWorker, same_trees, shares
+from treeroll.distributed import RayRollout, RolloutWorker, same_trees, shares
 from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.policies import load_policy

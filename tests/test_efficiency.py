@@ -9,7 +9,7 @@ import math
 import pytest
 
 from treeroll.cli.compare import CompareConfig, _write_report, run_compare, seeds_of
-from treeroll.cli.efficiency import crossing, ratio_to, target_section, tokens_to_target
+from treeroll.stats import crossing, ratio_to, target_section, tokens_to_target
 
 
 def test_crossing_interpolates_between_the_evaluations_around_it() -> None:

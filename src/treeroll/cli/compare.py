@@ -15,7 +15,6 @@ and an example tree per strategy (JSON, PNG and HTML).
 from __future__ import annotations
 
 import json
-import math
 import multiprocessing
 import os
 import shutil
@@ -33,13 +32,13 @@ import yaml
 
 from treeroll.base import ScoringStrategy
 from treeroll.checks import checked, validate
-from treeroll.cli.efficiency import target_section
 from treeroll.config import TrainConfig, as_current, check_config, config_to_dict
+from treeroll.stats import t_interval, target_section
 from treeroll.training.evaluation import Reporter
 from treeroll.training.runfolder import config_differences, finished_steps
 from treeroll.training.trainer import train
 
-__all__ = ["CompareConfig", "run_compare", "t_interval"]
+__all__ = ["CompareConfig", "run_compare"]
 
 
 @dataclass
@@ -79,47 +78,6 @@ class CompareConfig:
     """The training settings every run shares (env, policy, optimiser, evaluation); every
     evaluation of a run is on ``eval.tasks`` held-out tasks (``eval.tasks_during`` is set to
     it), so the points of a curve are comparable."""
-
-
-def t_interval(values: list[float]) -> tuple[float, float, float]:
-    """Mean and 95% t-interval over seeds (Student's t with ``n - 1`` degrees of freedom)."""
-    mean = float(np.mean(values))
-    if len(values) < 2:
-        return mean, mean, mean
-    half = _t_quantile(len(values) - 1) * float(np.std(values, ddof=1)) / math.sqrt(len(values))
-    return mean, mean - half, mean + half
-
-
-def _t_quantile(df: int, level: float = 0.95) -> float:
-    """The two-sided Student-t quantile: ``t`` with ``P(|T| <= t) = level`` for ``df``
-    degrees of freedom (a positive integer), by bisection on the exact CDF."""
-    if df < 1 or not 0.0 < level < 1.0:
-        raise ValueError(f"need df >= 1 and 0 < level < 1, got df={df}, level={level}")
-    low, high = 0.0, 1.0
-    while _t_within(high, df) < level:
-        low, high = high, 2 * high
-    for _ in range(100):  # halves [low, high] far below float resolution
-        middle = (low + high) / 2
-        low, high = (middle, high) if _t_within(middle, df) < level else (low, middle)
-    return (low + high) / 2
-
-
-def _t_within(t: float, df: int) -> float:
-    """``P(|T| <= t)`` for Student's t with integer ``df``: the finite series of Abramowitz &
-    Stegun 26.7.3 (odd df) and 26.7.4 (even df), with ``theta = atan(t / sqrt(df))``."""
-    theta = math.atan(t / math.sqrt(df))
-    cos2 = math.cos(theta) ** 2
-    term = total = 1.0
-    if df % 2 == 1:  # (2/pi) (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...))
-        for k in range(1, (df - 1) // 2):
-            term *= 2 * k / (2 * k + 1) * cos2
-            total += term
-        series = math.sin(theta) * math.cos(theta) * total if df > 1 else 0.0
-        return 2 / math.pi * (theta + series)
-    for k in range(1, df // 2):  # sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...)
-        term *= (2 * k - 1) / (2 * k) * cos2
-        total += term
-    return math.sin(theta) * total
 
 
 def split_arm(arm: str) -> tuple[str, str]:

@@ -1,5 +1,5 @@
 """``treeroll ray-rollout``: a batch of rollout trees over Ray workers
-(:class:`treeroll.cli.ray_workers.RayRollout`), saved one JSON file a tree.
+(:class:`treeroll.distributed.RayRollout`), saved one JSON file a tree.
 
     treeroll ray-rollout --workers 2 --tasks 16                  # a local cluster
     treeroll ray-rollout --address auto --workers 16 --tasks 256 # after `ray start`
@@ -61,8 +61,8 @@ def run_ray_rollout(command: RayRolloutCommand, console: Any) -> int:
     import ray
 
     from treeroll.assemble import make_backend, make_env_factory, make_strategy
-    from treeroll.cli.ray_workers import RayRollout
     from treeroll.cli.session import starting_policy
+    from treeroll.distributed import RayRollout
     from treeroll.training.evaluation import task_pools
     from treeroll.tree import leaves, save_tree
 

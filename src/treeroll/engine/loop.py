@@ -477,7 +477,7 @@ def run_engine(tasks: Sequence[int] | np.ndarray, make_env: Callable[[], Env],
         tree, prompt_ids = _new_tree(int(task_seed), first_group_id + i, make_env, turn_format,
                                      strategy, timing)
         # Unsynchronised, a tree's strategy seed comes from (seed, tree id) alone, so a tree
-        # grows the same whichever batch or worker it is in (treeroll.cli.ray_workers relies on
+        # grows the same whichever batch or worker it is in (treeroll.distributed relies on
         # it); synchronous rounds draw it in task order, as the lockstep loop did.
         ctx_seed = int(rng.integers(2**63)) if config.synchronous else \
             int(np.random.SeedSequence([seed, first_group_id + i, 0x7EE]).generate_state(

@@ -1,4 +1,9 @@
-"""Sample efficiency: the generated tokens a training run needs to reach a held-out success.
+"""Statistics of the comparisons: t-intervals over seeds, and sample efficiency.
+
+:func:`t_interval`: the mean over seeds and its 95% Student-t interval (the quantile by
+bisection on the exact CDF: treeroll does not depend on scipy).
+
+Sample efficiency: the generated tokens a training run needs to reach a held-out success.
 
 A run's *curve* is its held-out success at each evaluation against the generated tokens
 spent by then: ``[(tokens, success), ...]``, starting at ``(0, start success)``. The tokens
@@ -24,7 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Reach", "crossing", "ratio_to", "tokens_to_target"]
+__all__ = ["Reach", "crossing", "ratio_to", "t_interval", "t_quantile", "target_section",
+           "tokens_to_target"]
 
 NEVER = math.inf
 RESAMPLES = 4000
@@ -155,3 +161,44 @@ def target_section(results: dict[str, list[dict[str, object]]], targets: Sequenc
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
         found[arm] = per_target
     return lines, found
+
+
+def t_interval(values: list[float]) -> tuple[float, float, float]:
+    """Mean and 95% t-interval over seeds (Student's t with ``n - 1`` degrees of freedom)."""
+    mean = float(np.mean(values))
+    if len(values) < 2:
+        return mean, mean, mean
+    half = t_quantile(len(values) - 1) * float(np.std(values, ddof=1)) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def t_quantile(df: int, level: float = 0.95) -> float:
+    """The two-sided Student-t quantile: ``t`` with ``P(|T| <= t) = level`` for ``df``
+    degrees of freedom (a positive integer), by bisection on the exact CDF."""
+    if df < 1 or not 0.0 < level < 1.0:
+        raise ValueError(f"need df >= 1 and 0 < level < 1, got df={df}, level={level}")
+    low, high = 0.0, 1.0
+    while _t_within(high, df) < level:
+        low, high = high, 2 * high
+    for _ in range(100):  # halves [low, high] far below float resolution
+        middle = (low + high) / 2
+        low, high = (middle, high) if _t_within(middle, df) < level else (low, middle)
+    return (low + high) / 2
+
+
+def _t_within(t: float, df: int) -> float:
+    """``P(|T| <= t)`` for Student's t with integer ``df``: the finite series of Abramowitz &
+    Stegun 26.7.3 (odd df) and 26.7.4 (even df), with ``theta = atan(t / sqrt(df))``."""
+    theta = math.atan(t / math.sqrt(df))
+    cos2 = math.cos(theta) ** 2
+    term = total = 1.0
+    if df % 2 == 1:  # (2/pi) (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...))
+        for k in range(1, (df - 1) // 2):
+            term *= 2 * k / (2 * k + 1) * cos2
+            total += term
+        series = math.sin(theta) * math.cos(theta) * total if df > 1 else 0.0
+        return 2 / math.pi * (theta + series)
+    for k in range(1, df // 2):  # sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...)
+        term *= (2 * k - 1) / (2 * k) * cos2
+        total += term
+    return math.sin(theta) * total
