@@ -345,7 +345,7 @@ pilot sized the steps).
 | | held-out success | 95% interval | well-formed turns |
 |---|---|---|---|
 | start (`smollm2-frozenlake`) | {f3(start["success"])} | {ci(start["ci95"])} | {start["format_ok"]:.3f} |
-| after {rr["rl_steps"]} Tree-GRPO steps ({rr["rl_minutes"]} min with both evaluations; the steps {rr["rl_step_minutes"]} min) | {f3(final["success"])} | {ci(final["ci95"])} | {final["format_ok"]:.3f} |
+| after {rr["rl_steps"]} Tree-GRPO steps ({f'{rr["rl_minutes"]} min with both evaluations; ' if rr.get("rl_minutes") is not None else 'run over several invocations; '}the steps {rr["rl_step_minutes"]} min) | {f3(final["success"])} | {ci(final["ci95"])} | {final["format_ok"]:.3f} |
 
 (issue #49's targets: start >= 0.20: {met_word(start["success"] >= 0.20)}; RL +10 points with
 separated intervals: {met_word(reached)}, {rr["rl_gain"] * 100:+.1f} points.)

@@ -249,6 +249,42 @@ def cost(policy: Policy, seeds: np.ndarray, turns: int, tasks: int) -> dict[str,
     }
 
 
+def _commit() -> str:
+    """The commit this checkout (or worktree) is at, ``+dirty`` with uncommitted code."""
+    import subprocess
+
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "src", "bench", "configs"],
+                           cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    return head + ("+dirty" if dirty else "")
+
+
+def resumed(config: Any, run: Any) -> tuple[dict[str, Any], bool]:
+    """Run ``config`` (a training or SFT config) with ``run`` (``train`` / ``run_sft``),
+    continuing what an earlier invocation of this benchmark left in the same runs folder on
+    the same commit: a finished run is read back (its ``summary.json``), an interrupted one
+    resumed from its checkpoint (exact resume: the same metrics and weights as one
+    uninterrupted run). A run folder from another commit, or a started run without a
+    checkpoint, is moved aside and the run starts over. So a figure longer than a session
+    (``python bench/reproduce.py --stale`` in its worktree) finishes when it is run again.
+    Returns the run's summary and whether part of it came from an earlier invocation."""
+    from treeroll.training.runfolder import move_aside
+
+    folder = Path(config.runs_dir) / config.name
+    stamp, commit = folder / "figure_commit.txt", _commit()
+    same = stamp.is_file() and stamp.read_text().strip() == commit and "+dirty" not in commit
+    if same and (folder / "summary.json").is_file():
+        return json.loads((folder / "summary.json").read_text()), True
+    if same and (folder / "checkpoints" / "last.pt").is_file():
+        return run(replace(config, resume=True)), True
+    if folder.exists():
+        move_aside(folder)
+    folder.mkdir(parents=True)
+    stamp.write_text(commit + "\n")
+    return run(config), False
+
+
 def trained(args: argparse.Namespace) -> dict[str, Any]:
     """SFT then RL from the SFT policy (:func:`rl_run`), with their figures and minutes."""
     from treeroll.cli.commands import _parse
@@ -259,9 +295,10 @@ def trained(args: argparse.Namespace) -> dict[str, Any]:
     sft_config = _parse(SFTConfig, ["--config", "configs/smollm2_sft.yaml", "--runs-dir", runs],
                         "", command="sft")
     start = time.perf_counter()
-    sft = run_sft(sft_config)
+    sft, earlier = resumed(sft_config, run_sft)
     sft_minutes = (time.perf_counter() - start) / 60
-    return {"sft_success": _figure(sft["final_eval"]), "sft_minutes": round(sft_minutes, 1),
+    return {"sft_success": _figure(sft["final_eval"]),
+            "sft_minutes": None if earlier else round(sft_minutes, 1),
             "sft_steps": sft["steps"], "sft_pool": sft_config.eval.pool,
             **rl_run(args, init=str(Path(runs) / sft_config.name))}
 
@@ -286,7 +323,7 @@ def rl_run(args: argparse.Namespace, init: str | None = None) -> dict[str, Any]:
                                      *(["--policy.init", init] if init else [])],
                        "", command="train")
     start = time.perf_counter()
-    rl = train(rl_config)
+    rl, earlier = resumed(rl_config, train)
     rl_minutes = (time.perf_counter() - start) / 60
     metrics = [json.loads(line) for line in
                (Path(runs) / rl_config.name / "metrics.jsonl").read_text().splitlines()]
@@ -297,7 +334,10 @@ def rl_run(args: argparse.Namespace, init: str | None = None) -> dict[str, Any]:
             "rl_gain": round(rl["final_eval"]["success_rate"]
                              - rl["start_eval"]["success_rate"], 4),
             "rl_separated": rl["final_eval"]["ci95_low"] > rl["start_eval"]["ci95_high"],
-            "rl_minutes": round(rl_minutes, 1), "rl_steps": rl["steps"],
+            # wall minutes of the run with its evaluations; None when part of it ran in an
+            # earlier invocation (resumed or read back: rl_resumed), whose wall is not known
+            "rl_minutes": None if earlier else round(rl_minutes, 1), "rl_resumed": earlier,
+            "rl_steps": rl["steps"],
             # the steps alone (rollouts and updates), without the two held-out evaluations
             # that rl_minutes includes: what "RL steps <= 2 hours" is about
             "rl_step_minutes": round(sum(float(m["rollout_seconds"]) + float(m["update_seconds"])

@@ -1,0 +1,52 @@
+"""``bench/real_model.py``'s long runs continue across invocations on one commit (a figure
+longer than a session finishes when it is run again) and start over on another."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+
+@dataclass
+class _Config:
+    runs_dir: str
+    name: str
+    resume: bool = False
+
+
+def test_a_long_figures_run_resumes_on_its_commit_is_read_back_and_starts_over_on_another(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import real_model
+
+    calls: list[bool] = []
+
+    def run(config: _Config) -> dict[str, int]:
+        """A run that checkpoints, is interrupted the first time, and finishes after."""
+        folder = Path(config.runs_dir) / config.name
+        calls.append(config.resume)
+        (folder / "checkpoints").mkdir(parents=True, exist_ok=True)
+        (folder / "checkpoints" / "last.pt").write_text("state")
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # the session ended mid-run
+        (folder / "summary.json").write_text(json.dumps({"steps": len(calls)}))
+        return {"steps": len(calls)}
+
+    config = _Config(str(tmp_path), "rl")
+    monkeypatch.setattr(real_model, "_commit", lambda: "a" * 40)
+    with pytest.raises(KeyboardInterrupt):
+        real_model.resumed(config, run)
+    assert real_model.resumed(config, run) == ({"steps": 2}, True)  # resumed, not restarted
+    assert real_model.resumed(config, run) == ({"steps": 2}, True)  # finished: read back
+    assert calls == [False, True]
+    monkeypatch.setattr(real_model, "_commit", lambda: "b" * 40)
+    assert real_model.resumed(config, run) == ({"steps": 3}, False)  # other code: from scratch
+    assert calls[-1] is False and (tmp_path / "rl.old1" / "summary.json").is_file()
+    monkeypatch.setattr(real_model, "_commit", lambda: "b" * 40 + "+dirty")
+    real_model.resumed(config, run)
+    assert calls[-1] is False  # uncommitted code never continues anything
