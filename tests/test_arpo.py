@@ -48,12 +48,12 @@ def test_a_branch_fires_only_after_an_observation_and_within_the_partial_budget(
     arpo = ARPO(m=3, initial=2, beam=2, alpha=1.0, beta=0.0)
     ctx = StrategyContext(rng=np.random.default_rng(0), max_leaves=None, tokens_left=None)
     arpo.start(tree, ctx)
-    assert ctx.state["partial_left"] == 1
+    assert ctx.state.partial_left == 1
     # The first turn follows the task, not an observation: it never branches.
     assert arpo.step(tree, [nodes[0]], ctx) == [nodes[0]]
     # The second does (p = 1): it continues and its observation (its parent) gets a sibling.
     assert arpo.step(tree, [nodes[1]], ctx) == [nodes[1], nodes[0]]
-    assert ctx.state["partial_left"] == 0
+    assert ctx.state.partial_left == 0
     assert arpo.step(tree, [nodes[1]], ctx) == [nodes[1]]  # budget spent: no more branches
     never = ARPO(m=3, initial=2, alpha=0.0, beta=0.0)
     ctx = StrategyContext(rng=np.random.default_rng(0), max_leaves=None, tokens_left=None)

@@ -56,7 +56,7 @@ def test_the_highest_gain_node_is_expanded_next_and_ended_turns_never() -> None:
     shy = IGRPO(m=5, threshold=1.0)
     shy.start(tree, ctx)
     assert shy.step(tree, [], ctx) == []
-    assert ctx.state["suppressed"] == {tree.root.id, a.id, b.id}
+    assert ctx.state.suppressed == {tree.root.id, a.id, b.id}
 
 
 def test_unbiased_weights_are_the_nested_average_and_scale_the_advantages() -> None:

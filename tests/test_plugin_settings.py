@@ -97,3 +97,18 @@ def test_the_command_module_runs_with_python_dash_m():
                            "--help"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "usage" in done.stdout
+
+
+def test_a_strategys_tree_state_is_its_own_dataclass_made_on_first_use():
+    import numpy as np
+
+    from treeroll.base import StrategyContext, tree_state
+    from treeroll.strategies.patr import PATRState
+    from treeroll.strategies.tree_grpo import TreeGRPOState
+
+    ctx = StrategyContext(rng=np.random.default_rng(0), max_leaves=None, tokens_left=None)
+    state = tree_state(ctx, TreeGRPOState)
+    state.round += 1
+    assert tree_state(ctx, TreeGRPOState) is state and ctx.state.round == 1
+    with pytest.raises(TypeError, match="TreeGRPOState, not a PATRState"):
+        tree_state(ctx, PATRState)

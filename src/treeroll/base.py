@@ -18,8 +18,8 @@ Required inputs are positional, hyper-parameters keyword-only; bind hyper-parame
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -70,6 +70,7 @@ __all__ = [
     "UpdatableBackend",
     "VocabularyEnv",
     "plugin_name",
+    "tree_state",
 ]
 
 
@@ -262,14 +263,30 @@ class StrategyContext:
     tokens_left: int | None
     """Generated tokens this tree may still spend (``None`` = unlimited)."""
     scorer: ProcessScorer | None = None
-    state: dict[str, Any] = field(default_factory=dict)
-    """Per-tree scratch space owned by the strategy (e.g. rounds done so far)."""
+    state: Any = None
+    """The strategy's own per-tree state: a dataclass of its own, made on first use by
+    :func:`tree_state` (``TreeGRPOState``: the rounds done so far, ...)."""
     seed: int = 0
     """The seed of ``rng``: a strategy that needs draws independent of the order in which
     its units finish derives its own generators from it (``default_rng([seed, ...])``)."""
     unit: Hashable | None = None
     """Set by the engine while it calls ``step`` for one unit of a :class:`UnitStrategy`
     (``None``: the call covers the whole tree, as in synchronous rounds)."""
+
+
+StateT = TypeVar("StateT")
+
+
+def tree_state(ctx: StrategyContext, kind: type[StateT]) -> StateT:
+    """The strategy's per-tree state in ``ctx``, of the strategy's own dataclass ``kind``
+    (made with its defaults on first use): typed fields instead of string keys, so a
+    misspelt one fails type checking."""
+    if ctx.state is None:
+        ctx.state = kind()
+    elif not isinstance(ctx.state, kind):
+        raise TypeError(f"the tree's strategy state is a {type(ctx.state).__name__}, not a "
+                        f"{kind.__name__}: one context per tree and strategy")
+    return ctx.state
 
 
 @runtime_checkable

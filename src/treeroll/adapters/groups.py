@@ -32,7 +32,7 @@ import copy
 import json
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -45,6 +45,7 @@ from treeroll.base import (
     GenerationBackend,
     ProcessScorer,
     StrategyContext,
+    tree_state,
 )
 from treeroll.config import TrainConfig, check_config, load_config
 from treeroll.credit.estimators import token_credit, weighted
@@ -116,6 +117,15 @@ class LeafGroup:
 
 
 @dataclass
+class EarlyForksState:
+    """EarlyForks' state of one task's tree."""
+
+    plan: dict[int, list[tuple[int, int | None]]] = field(default_factory=dict)
+    """Node id -> one ``(leaves owed, depth to split at or None)`` per frontier entry of
+    that node, in order."""
+
+
+@dataclass
 class EarlyForks:
     """A tree of exactly ``group_size`` leaves with its sharing in the early turns, grown by
     halving: each of ``chains`` chains owes ``group_size / chains`` leaves; a branch owing
@@ -169,8 +179,8 @@ class EarlyForks:
 
     def start(self, tree: RolloutTree, ctx: StrategyContext) -> list[Node]:
         """``chains`` chains from the root, each owing ``group_size / chains`` leaves."""
-        ctx.state["plan"] = {tree.root.id: [(self.group_size // self.chains, None)]
-                                           * self.chains}
+        ctx.state = EarlyForksState({tree.root.id: [(self.group_size // self.chains, None)]
+                                            * self.chains})
         return [tree.root] * self.chains
 
     def keeps_snapshot(self, tree: RolloutTree, node: Node, ctx: StrategyContext) -> bool:
@@ -182,7 +192,8 @@ class EarlyForks:
     def step(self, tree: RolloutTree, created: list[Node], ctx: StrategyContext) -> list[Node]:
         """Continue every live branch; split the branches whose turn has come; hand what an
         ended branch still owes to repeats of it or to a fork from its last turn (``on_end``)."""
-        plan: dict[int, list[tuple[int, int | None]]] = ctx.state["plan"]
+        state = tree_state(ctx, EarlyForksState)
+        plan = state.plan
         ahead: dict[int, list[tuple[int, int | None]]] = {}  # this frontier's entries only
         frontier: list[Node] = []
 
@@ -213,7 +224,7 @@ class EarlyForks:
                 enter(node, owed - keep, None)
             else:
                 enter(node, owed, split_at)
-        ctx.state["plan"] = ahead  # entries the budget cut are gone with the old plan
+        state.plan = ahead  # entries the budget cut are gone with the old plan
         return frontier
 
 

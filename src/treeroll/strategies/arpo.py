@@ -28,11 +28,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from treeroll.base import SamplingExtras, StrategyContext
+from treeroll.base import SamplingExtras, StrategyContext, tree_state
 from treeroll.checks import checked
 from treeroll.tree import Node, NodeStatus, RolloutTree, leaves
 
-__all__ = ["ARPO"]
+__all__ = ["ARPO", "ARPOState"]
+
+
+@dataclass
+class ARPOState:
+    """ARPO's state of one task's tree."""
+
+    partial_left: int = 0
+    """Leaves the entropy branches may still add."""
+    topped_up: bool = False
+    """Whether the missing leaves were started as root chains (once, at the end)."""
 
 
 @dataclass
@@ -67,8 +77,7 @@ class ARPO:
         """``initial`` chains from the root; the rest of ``m`` is the partial budget."""
         first = self.initial if self.initial is not None else max(1, self.m // 2)
         first = min(first, self.m)
-        ctx.state["partial_left"] = self.m - first
-        ctx.state["topped_up"] = False
+        ctx.state = ARPOState(partial_left=self.m - first)
         return [tree.root] * first
 
     def branch_probability(self, node: Node) -> float:
@@ -92,24 +101,25 @@ class ARPO:
     def step(self, tree: RolloutTree, created: list[Node], ctx: StrategyContext) -> list[Node]:
         """Continue every live branch; after an observation, branch with the probability
         above while the partial budget lasts; top up with root chains once all have ended."""
+        state = tree_state(ctx, ARPOState)
         frontier: list[Node] = []
         for node in created:
             if not node.ended and node.status == NodeStatus.ACTIVE:
                 frontier.append(node)
             extra = self.beam - 1
-            if node.depth < 2 or ctx.state["partial_left"] < extra:
+            if node.depth < 2 or state.partial_left < extra:
                 continue
             p = self.branch_probability(node)
             if ctx.rng.random() < p:
                 assert node.parent is not None
                 frontier.extend([node.parent] * extra)
-                ctx.state["partial_left"] -= extra
+                state.partial_left -= extra
                 node.parent.note = f"ARPO branch: p = {p:.2f}"
-        if not frontier and not ctx.state["topped_up"]:
-            ctx.state["topped_up"] = True
+        if not frontier and not state.topped_up:
+            state.topped_up = True
             missing = self.m - len(leaves(tree))
             if missing > 0:
-                ctx.state["partial_left"] = 0
+                state.partial_left = 0
                 frontier = [tree.root] * missing
         return frontier
 

@@ -6,11 +6,19 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from treeroll.base import Budget, StrategyContext
+from treeroll.base import Budget, StrategyContext, tree_state
 from treeroll.strategies.common import active_branches
 from treeroll.tree import Node, RolloutTree
 
-__all__ = ["Chain"]
+__all__ = ["Chain", "ChainState"]
+
+
+@dataclass
+class ChainState:
+    """Chains' state of one task's tree."""
+
+    units: int = 0
+    """Trajectories numbered so far (each is its own unit)."""
 
 
 @dataclass
@@ -40,8 +48,9 @@ class Chain:
         """Every trajectory is its own unit: it never waits for the others."""
         if ctx.unit is not None:
             return [ctx.unit] * len(frontier)
-        first = ctx.state.get("units", 0)
-        ctx.state["units"] = first + len(frontier)
+        state = tree_state(ctx, ChainState)
+        first = state.units
+        state.units = first + len(frontier)
         return list(range(first, first + len(frontier)))
 
     def extend(self, tree: RolloutTree, ctx: StrategyContext, grant: Budget) -> list[Node]:

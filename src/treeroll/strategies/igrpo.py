@@ -26,12 +26,12 @@ node's informativeness, progressively suppress unpromising branches, and optimis
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
 
-from treeroll.base import StrategyContext
+from treeroll.base import StrategyContext, tree_state
 from treeroll.checks import checked
 from treeroll.strategies.common import live_or_room
 from treeroll.tree import (
@@ -43,7 +43,15 @@ from treeroll.tree import (
     trajectory_reward,
 )
 
-__all__ = ["IGRPO", "beta_gain"]
+__all__ = ["IGRPO", "IGRPOState", "beta_gain"]
+
+
+@dataclass
+class IGRPOState:
+    """IGRPO's state of one task's tree."""
+
+    suppressed: set[int] = field(default_factory=set)
+    """Nodes whose gain fell below the threshold: never expanded again."""
 
 
 def beta_gain(successes: int, failures: int) -> float:
@@ -80,7 +88,7 @@ class IGRPO:
     def start(self, tree: RolloutTree, ctx: StrategyContext) -> list[Node]:
         """The first chains."""
         first = min(self.m, self.initial if self.initial is not None else max(1, self.m // 2))
-        ctx.state["suppressed"] = set()
+        ctx.state = IGRPOState()
         return [tree.root] * first
 
     def gains(self, tree: RolloutTree) -> dict[int, float]:
@@ -101,7 +109,7 @@ class IGRPO:
         frontier, room = live_or_room(tree, created, self.m)
         if frontier or room <= 0:
             return frontier
-        suppressed: set[int] = ctx.state["suppressed"]
+        suppressed = tree_state(ctx, IGRPOState).suppressed
         gains = self.gains(tree)
         for node_id, gain in gains.items():
             if gain < self.threshold:

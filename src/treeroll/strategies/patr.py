@@ -9,11 +9,19 @@ from typing import ClassVar
 
 import numpy as np
 
-from treeroll.base import StrategyContext
+from treeroll.base import StrategyContext, tree_state
 from treeroll.strategies.common import active_branches, repeated_action
 from treeroll.tree import Node, NodeStatus, RolloutTree
 
-__all__ = ["PATR"]
+__all__ = ["PATR", "PATRState"]
+
+
+@dataclass
+class PATRState:
+    """PATR's state of one task's tree."""
+
+    since_score: int = 0
+    """Turns since the last scoring round (one every ``k_turns``)."""
 
 
 @dataclass
@@ -59,7 +67,7 @@ class PATR:
 
     def start(self, tree: RolloutTree, ctx: StrategyContext) -> list[Node]:
         """B0 branches from the root."""
-        ctx.state["since_score"] = 0
+        ctx.state = PATRState()
         return [tree.root] * self.b0
 
     def step(self, tree: RolloutTree, created: list[Node], ctx: StrategyContext) -> list[Node]:
@@ -70,10 +78,11 @@ class PATR:
                 self._prune(node, f"same action {self.theta} times in a row")
             else:
                 active.append(node)
-        ctx.state["since_score"] += 1
-        if ctx.state["since_score"] < self.k_turns or not active:
+        state = tree_state(ctx, PATRState)
+        state.since_score += 1
+        if state.since_score < self.k_turns or not active:
             return active
-        ctx.state["since_score"] = 0
+        state.since_score = 0
         scores = self._scores(tree, active, ctx)
         return self.select(active, scores, ctx.rng,
                            prune=self.use_scores and ctx.scorer is not None)

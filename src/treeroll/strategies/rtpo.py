@@ -24,12 +24,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from treeroll.base import StrategyContext
+from treeroll.base import StrategyContext, tree_state
 from treeroll.checks import checked
 from treeroll.strategies.common import live_or_room
 from treeroll.tree import Node, RolloutTree, leaves, path_to
 
-__all__ = ["RTPO"]
+__all__ = ["RTPO", "RTPOState"]
+
+
+@dataclass
+class RTPOState:
+    """RTPO's state of one task's tree."""
+
+    round: int = 0
+    """Reverse rounds done."""
+    first_wave: int = 0
+    """Chains of the first wave (the ones later rounds branch from)."""
 
 
 @dataclass
@@ -47,8 +57,7 @@ class RTPO:
     def start(self, tree: RolloutTree, ctx: StrategyContext) -> list[Node]:
         """The first wave of chains."""
         first = min(self.m, self.initial if self.initial is not None else max(1, self.m // 2))
-        ctx.state["round"] = 0
-        ctx.state["first_wave"] = first
+        ctx.state = RTPOState(first_wave=first)
         return [tree.root] * first
 
     def step(self, tree: RolloutTree, created: list[Node], ctx: StrategyContext) -> list[Node]:
@@ -56,10 +65,11 @@ class RTPO:
         frontier, room = live_or_room(tree, created, self.m)
         if frontier or room <= 0:
             return frontier
-        ctx.state["round"] += 1
-        picks = self._round_picks(tree, ctx.state["round"], ctx.state["first_wave"])[:room]
+        state = tree_state(ctx, RTPOState)
+        state.round += 1
+        picks = self._round_picks(tree, state.round, state.first_wave)[:room]
         for node in picks:
-            node.note = f"RTPO reverse round {ctx.state['round']}"
+            node.note = f"RTPO reverse round {state.round}"
         return picks
 
     def _round_picks(self, tree: RolloutTree, round_: int, first_wave: int) -> list[Node]:

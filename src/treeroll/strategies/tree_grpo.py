@@ -6,16 +6,31 @@ rollout early does not skip it)."""
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
 
-from treeroll.base import Budget, StrategyContext
+from treeroll.base import Budget, StrategyContext, tree_state
 from treeroll.strategies.common import active_branches, by_tree
 from treeroll.tree import Node, NodeStatus, RolloutTree, subtree_index
 
-__all__ = ["TreeGRPO"]
+__all__ = ["TreeGRPO", "TreeGRPOState"]
+
+
+@dataclass
+class TreeGRPOState:
+    """Tree-GRPO's state of one task's tree."""
+
+    round: int = 0
+    """Expansion rounds done (of the whole task, in synchronous rounds)."""
+    root_picks: list[int] = field(default_factory=list)
+    """The tree (of the M) of each root entry of the last frontier, in order."""
+    root_units: list[int] | None = None
+    """The units of the next frontier's root entries, when they are not ``root_picks``
+    (after ``extend``, or a unit's round that picked the root); read once."""
+    unit_rounds: dict[int, int] = field(default_factory=dict)
+    """Expansion rounds done per tree when the engine runs the M trees as units."""
 
 
 @dataclass
@@ -49,33 +64,34 @@ class TreeGRPO:
 
     def start(self, tree: RolloutTree, ctx: StrategyContext) -> list[Node]:
         """M chains from the root (the i-th is tree i)."""
-        ctx.state["round"] = 0
-        ctx.state["root_picks"] = list(range(self.m))  # tree of each root entry, in order
+        ctx.state = TreeGRPOState(root_picks=list(range(self.m)))
         return [tree.root] * self.m
 
     def units(self, tree: RolloutTree, frontier: Sequence[Node],
               ctx: StrategyContext) -> list[Hashable]:
         """Each of the M trees is a unit: tree ``i`` is expanded as soon as its own branches
         have ended (the synchronous engine waits for all M, as the released code does)."""
-        roots = iter(ctx.state.pop("root_units", ctx.state.get("root_picks", [])))
+        state = tree_state(ctx, TreeGRPOState)
+        roots = iter(state.root_units if state.root_units is not None else state.root_picks)
+        state.root_units = None
         return [next(roots) if node is tree.root else subtree_index(tree, node)
                 for node in frontier]
 
     def keeps_snapshot(self, tree: RolloutTree, node: Node, ctx: StrategyContext) -> bool:
         """A node may be picked while its tree has expansion rounds left (rounds are counted
         per tree when the engine runs units, per task in synchronous rounds)."""
-        rounds = ctx.state.get("unit_rounds", {})
+        state = tree_state(ctx, TreeGRPOState)
         index = subtree_index(tree, node)
-        done = rounds[index] if index in rounds else ctx.state.get("round", 0)
-        return int(done) < self.l
+        return state.unit_rounds.get(index, state.round) < self.l
 
     def extend(self, tree: RolloutTree, ctx: StrategyContext, grant: Budget) -> list[Node]:
         """More budget: new chains from the root, one per granted leaf (``m`` without a leaf
         count), dealt over the M trees in turn (each joins the tree it was dealt to, as a
         root pick does); the root keeps its snapshot, the nodes of finished trees do not."""
         count = grant.leaves if grant.leaves is not None else self.m
-        ctx.state["root_picks"] = [i % self.m for i in range(count)]
-        ctx.state["root_units"] = list(ctx.state["root_picks"])
+        state = tree_state(ctx, TreeGRPOState)
+        state.root_picks = [i % self.m for i in range(count)]
+        state.root_units = list(state.root_picks)
         return [tree.root] * count
 
     def step(self, tree: RolloutTree, created: list[Node], ctx: StrategyContext) -> list[Node]:
@@ -85,15 +101,16 @@ class TreeGRPO:
             return self._step_unit(tree, created, ctx, int(ctx.unit))  # type: ignore[call-overload]
         # New children of the root come from the root entries of the last frontier, in order;
         # the budget may have cut the last of them.
+        state = tree_state(ctx, TreeGRPOState)
         fresh = [node for node in created if node.parent is tree.root]
-        for node, index in zip(fresh, ctx.state["root_picks"], strict=False):
+        for node, index in zip(fresh, state.root_picks, strict=False):
             node.tree_index = index
-        ctx.state["root_picks"] = []
+        state.root_picks = []
         active = active_branches(created)
         if active:
             return active
-        while ctx.state["round"] < self.l:
-            ctx.state["round"] += 1
+        while state.round < self.l:
+            state.round += 1
             picks = self._pick(tree, ctx)
             if picks:
                 return picks
@@ -109,14 +126,15 @@ class TreeGRPO:
         active = active_branches(created)
         if active:
             return active
-        rounds = ctx.state.setdefault("unit_rounds", {})
+        state = tree_state(ctx, TreeGRPOState)
+        rounds = state.unit_rounds
         while rounds.get(index, 0) < self.l:
             rounds[index] = rounds.get(index, 0) + 1
             rng = np.random.default_rng([ctx.seed, index, rounds[index]])
             members = by_tree(tree).get(index, [])
             picks = self._pick_from(tree, members, rng, rounds[index])
             if picks:
-                ctx.state["root_units"] = [index] * sum(node is tree.root for node in picks)
+                state.root_units = [index] * sum(node is tree.root for node in picks)
                 return picks
         return []
 
@@ -136,13 +154,14 @@ class TreeGRPO:
                     leaf.status, leaf.note = NodeStatus.DROPPED, f"not among the k={self.k} kept"
 
     def _pick(self, tree: RolloutTree, ctx: StrategyContext) -> list[Node]:
+        state = tree_state(ctx, TreeGRPOState)
         picks: list[Node] = []
         root_picks: list[int] = []
         for index, members in by_tree(tree).items():
-            chosen = self._pick_from(tree, members, ctx.rng, ctx.state["round"])
+            chosen = self._pick_from(tree, members, ctx.rng, state.round)
             picks.extend(chosen)
             root_picks.extend(index for node in chosen if node is tree.root)
-        ctx.state["root_picks"] = root_picks
+        state.root_picks = root_picks
         return picks
 
     def _pick_from(self, tree: RolloutTree, members: list[Node], rng: np.random.Generator,
