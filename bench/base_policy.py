@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from treeroll.assemble import make_env_factory
 from treeroll.backends.hf import HFBackend
 from treeroll.config import load_config
+from treeroll.envs import make_env_factory
 from treeroll.envs.frozenlake import HOLE, start_distance
 from treeroll.policies import load_policy
 from treeroll.training.evaluation import evaluate, task_pools

@@ -28,10 +28,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from treeroll.assemble import make_backend, make_env_factory, make_strategy
+from treeroll.backends import make_backend
 from treeroll.cli.session import starting_policy
 from treeroll.config import load_config
 from treeroll.engine.batch import rollout
+from treeroll.envs import make_env_factory
+from treeroll.strategies import make_strategy
 from treeroll.training.evaluation import task_pools
 from treeroll.tree import TokenCounts, token_counts
 

@@ -28,9 +28,9 @@ from typing import Any
 
 import torch
 
-from treeroll.assemble import make_env_factory
 from treeroll.backends.hf import HFBackend
 from treeroll.config import load_config
+from treeroll.envs import make_env_factory
 from treeroll.envs.frozenlake import ACTION_NAMES, HOLE, FrozenLakeEnv, StepResult
 from treeroll.policies import load_policy
 from treeroll.training.evaluation import evaluate, task_pools

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from treeroll.assemble import make_allocator
+from treeroll.engine import make_allocator
 from treeroll.engine.allocators import AllocatorConfig, Vigor, VigorConfig
 from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake

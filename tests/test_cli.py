@@ -233,8 +233,8 @@ def _run_folder(path: Path, **rollout: int) -> Path:
 
     import yaml
 
-    from treeroll.assemble import make_env_factory
     from treeroll.config import config_to_dict
+    from treeroll.envs import make_env_factory
     from treeroll.policies import build_policy
 
     config = load_config(ROOT / "configs" / "tiny.yaml")

@@ -179,7 +179,7 @@ def test_the_config_check_refuses_continuous_batching_on_a_registered_backend_th
     backend is not known until built (``rollout()`` checks it then)."""
     from dataclasses import replace
 
-    from treeroll.assemble import backend_streams
+    from treeroll.backends import backend_streams
     from treeroll.config import TrainConfig, check_config
 
     base = TrainConfig()

@@ -106,8 +106,8 @@ def test_the_ray_rollout_command_saves_the_one_process_trees(cluster, policy, tm
     code = treeroll_main(["ray-rollout", "--workers", "2", "--tasks", "3", "--out", str(out),
                  "--train.rollout.max-turn-tokens", "12", "--train.strategy.name", "tree_grpo"])
     assert code == 0
-    from treeroll.assemble import make_strategy
     from treeroll.backends.hf import HFBackend
+    from treeroll.strategies import make_strategy
 
     config = TrainConfig()
     config.strategy.name = "tree_grpo"

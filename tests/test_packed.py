@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from treeroll.assemble import ADVANTAGES, make_estimator
 from treeroll.base import BatchAdvantageEstimator
 from treeroll.config import AdvantageConfig, TrainConfig
+from treeroll.credit import ADVANTAGES, make_estimator
 from treeroll.credit.estimators import token_credit
 from treeroll.policies.model import ModelConfig, build_model
 from treeroll.training.loss import LossConfig, TrainItem, expanded_backward

@@ -112,3 +112,13 @@ def test_a_strategys_tree_state_is_its_own_dataclass_made_on_first_use():
     assert tree_state(ctx, TreeGRPOState) is state and ctx.state.round == 1
     with pytest.raises(TypeError, match="TreeGRPOState, not a PATRState"):
         tree_state(ctx, PATRState)
+
+
+def test_the_public_api_resolves_every_name_and_import_treeroll_loads_no_torch():
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, treeroll; assert 'torch' not in sys.modules; "
+         "[getattr(treeroll, n) for n in treeroll.__all__]; "
+         "from treeroll.engine.batch import rollout; assert treeroll.rollout is rollout; "
+         "print(len(treeroll.__all__))"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) >= 30

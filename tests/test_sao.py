@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from treeroll.assemble import make_estimator
 from treeroll.base import BatchAdvantageEstimator
 from treeroll.config import AdvantageConfig
+from treeroll.credit import make_estimator
 from treeroll.credit.estimators import BatchBaseline
 from treeroll.training.behaviour import StaleBehaviour
 from treeroll.tree import NodeStatus, RolloutTree

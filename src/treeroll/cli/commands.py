@@ -299,8 +299,9 @@ def cmd_eval(args: list[str]) -> int:
     if run is not None:
         config, backend, turn_format, make_env = load_run_policy(run)
     else:
-        from treeroll.assemble import make_backend, make_env_factory
+        from treeroll.backends import make_backend
         from treeroll.config import with_policy_defaults
+        from treeroll.envs import make_env_factory
 
         config = with_policy_defaults(TrainConfig(), command.policy)
         if command.policy is not None:

@@ -60,9 +60,11 @@ def run_ray_rollout(command: RayRolloutCommand, console: Any) -> int:
 
     import ray
 
-    from treeroll.assemble import make_backend, make_env_factory, make_strategy
+    from treeroll.backends import make_backend
     from treeroll.cli.session import starting_policy
     from treeroll.distributed import RayRollout
+    from treeroll.envs import make_env_factory
+    from treeroll.strategies import make_strategy
     from treeroll.training.evaluation import task_pools
     from treeroll.tree import leaves, save_tree
 

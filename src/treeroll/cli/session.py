@@ -12,20 +12,16 @@ import yaml
 from rich.markup import escape
 from rich.tree import Tree as RichTree
 
-from treeroll.assemble import (
-    assemble,
-    make_backend,
-    make_env_factory,
-    make_strategy,
-    scorer_name_for,
-)
+from treeroll.assemble import assemble, scorer_name_for
+from treeroll.backends import make_backend
 from treeroll.base import Env, GenerationBackend
 from treeroll.config import TrainConfig, load_config
 from treeroll.engine.batch import rollout
+from treeroll.envs import make_env_factory
 from treeroll.formatting import TurnFormat
 from treeroll.policies import Policy, build_policy, check_context_length
 from treeroll.policies.lora import LoraSettings
-from treeroll.strategies import PATR
+from treeroll.strategies import PATR, make_strategy
 from treeroll.training.evaluation import task_pools
 from treeroll.training.runfolder import read_checkpoint
 from treeroll.tree import Node, RolloutTree

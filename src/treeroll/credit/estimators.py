@@ -2,7 +2,7 @@
 
 All share one signature, :data:`treeroll.base.AdvantageEstimator`: ``estimator(tree, *,
 hyper-parameters) -> np.ndarray [num_leaves]`` in :func:`treeroll.tree.leaves` order.
-:func:`treeroll.assemble.make_estimator` binds the hyper-parameters of ``AdvantageConfig``.
+:func:`treeroll.credit.make_estimator` binds the hyper-parameters of ``AdvantageConfig``.
 
 * ``grpo``: ``(R - mean R) / (std R + eps)`` over the group.
 * ``dr_grpo``: ``R - mean R`` (Dr. GRPO drops the std).

@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from treeroll.assemble import make_env_factory
 from treeroll.backends import BackendConfig, make_backend
 from treeroll.base import Env, ExpertEnv
 from treeroll.checks import ConfigError
 from treeroll.config import PolicyConfig, check_config, config_to_dict
+from treeroll.envs import make_env_factory
 from treeroll.formatting import TurnFormat
 from treeroll.policies import Policy, build_policy, check_context_length, save_policy
 from treeroll.policies.lora import add_lora, weights_fingerprint

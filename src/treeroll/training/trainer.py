@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from treeroll.assemble import assemble, sync_weights
+from treeroll.assemble import assemble
+from treeroll.backends import sync_weights
 from treeroll.base import BatchAdvantageEstimator, LearningScorer, plugin_name
 from treeroll.config import TrainConfig, check_config
 from treeroll.credit.estimators import token_credit, weighted
