@@ -51,6 +51,11 @@ def quote(name, keys):
     return f"<!-- result: {name} -->\n`{json.dumps(sub)}`\n\n(`{R[name]['command']}`, commit {R[name]['commit'][:10]}, {R[name]['seconds']:.0f} s{', ' + R[name]['cpu'] if R[name].get('cpu') else ''}){label}"
 
 
+def minutes(value):
+    """Minutes as quoted, or why there are none (a run continued across invocations)."""
+    return "?" if value is None else value
+
+
 def f3(x):
     return f"{x:.3f}"
 
@@ -272,9 +277,9 @@ if "real_model" in R:
     rl_gain = rm["rl_final_success"]["success"] - rm["rl_start_success"]["success"]
     WHY = f"""Why the target is not met: the SFT base writes every reply in the format (well-formed
 {rm["sft_success"]["format_ok"]:.3f}) but its moves rarely solve rLLM's grids: a 135M model reading a grid of up to 9x9 characters as text,
-after only {rm["sft_steps"]} steps of 4 expert episodes ({rm["sft_minutes"]} min here). From a base at {f3(rm["rl_start_success"]["success"])} a Tree-GRPO group is most often all failures, with no
+after only {rm["sft_steps"]} steps of 4 expert episodes ({minutes(rm["sft_minutes"])} min here). From a base at {f3(rm["rl_start_success"]["success"])} a Tree-GRPO group is most often all failures, with no
 signal (of 6 independent leaves, {(1 - rm["rl_start_success"]["success"]) ** 6:.2f} of groups would be; shared prefixes make it more; the
-run's own share was not recorded), and {rm["rl_steps"]} steps of 4 tasks are what {rm["rl_minutes"]} min
+run's own share was not recorded), and {rm["rl_steps"]} steps of 4 tasks are what {minutes(rm["rl_minutes"])} min
 buy on two cores (the update runs forward and backward over every observation token of a
 tree, at ~{rm["update_tokens_per_s"]:.0f} tokens/s). What would change it: a much longer SFT (the tiny
 model's recipe takes 250 steps of 16 episodes), a faster update (LoRA, bfloat16), a
@@ -292,9 +297,9 @@ intervals; one seed.
 | | held-out success | 95% interval | well-formed turns | minutes |
 |---|---|---|---|---|
 | zero-shot ({rm["zero_shot_tasks"]} tasks) | {f3(rm["zero_shot_success"])} | {ci(rm["zero_shot_ci95"])} | {rm["format_ok"]:.3f} | {rm["zero_shot_minutes"]} |
-| after SFT ({rm["sft_success"]["tasks"]} tasks, {rm["sft_steps"]} steps) | {f3(rm["sft_success"]["success"])} | {ci(rm["sft_success"]["ci95"])} | {rm["sft_success"]["format_ok"]:.3f} | {rm["sft_minutes"]} |
+| after SFT ({rm["sft_success"]["tasks"]} tasks, {rm["sft_steps"]} steps) | {f3(rm["sft_success"]["success"])} | {ci(rm["sft_success"]["ci95"])} | {rm["sft_success"]["format_ok"]:.3f} | {minutes(rm["sft_minutes"])} |
 | RL start (the SFT policy) | {f3(rm["rl_start_success"]["success"])} | {ci(rm["rl_start_success"]["ci95"])} | {rm["rl_start_success"]["format_ok"]:.3f} | |
-| after RL ({rm["rl_steps"]} Tree-GRPO steps) | {f3(rm["rl_final_success"]["success"])} | {ci(rm["rl_final_success"]["ci95"])} | {rm["rl_final_success"]["format_ok"]:.3f} | {rm["rl_minutes"]} |
+| after RL ({rm["rl_steps"]} Tree-GRPO steps) | {f3(rm["rl_final_success"]["success"])} | {ci(rm["rl_final_success"]["ci95"])} | {rm["rl_final_success"]["format_ok"]:.3f} | {minutes(rm["rl_minutes"])} |
 
 (target: RL +10 points over its start with separated intervals: **{'met' if rl_gain >= 0.10 and rm["rl_separated"] else 'not met'}**, {rl_gain * 100:+.1f} points{'' if rm["rl_separated"] else ', intervals overlap'}.)
 {WHY if not (rl_gain >= 0.10 and rm["rl_separated"]) else ""}Tree-GRPO against chains matched leaf for leaf on this model: {rm["tree_over_chain_wall_per_leaf"]}x the

@@ -6,9 +6,9 @@ together, Tree-GRPO (M=4, N=2, L=1) and chains with the same leaves per task (ma
 task, as ``bench/rollout_cost.py`` does) run on the same tasks, in alternating order, and the
 bench reports leaves per second for both. The embedded model's decode step is latency-bound
 with few sequences in flight (each step costs about the same whatever the batch) and
-throughput-bound with many (the cost grows with the batch): ``../shared/design/ALGORITHMS.md``
-section 10 says why that decides tree versus chain (the tree pays for its sequential depth in
-the first regime, wins by its token ratio in the second). Also reported: the backend's KV-cache
+throughput-bound with many (the cost grows with the batch), and that decides tree versus
+chain: the tree pays for its sequential depth in the first regime and wins by its token ratio
+in the second. Also reported: the backend's KV-cache
 memory per cached token at the end of the largest tree rollout (the trie's storage bytes / its
 tokens; nothing is evicted at that size).
 

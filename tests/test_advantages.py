@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from treeroll import advantages
 from treeroll.credit import ADVANTAGES
+from treeroll.credit import estimators as advantages
 from treeroll.tree import NodeStatus, RolloutTree, leaves
 
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from treeroll.backends import hf_cache
 from treeroll.backends.hf import HFBackend
+from treeroll.backends.hf import cache as hf_cache
 from treeroll.backends.hf.cache import GrowingLayer, growing_cache, room_for
 from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake

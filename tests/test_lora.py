@@ -27,8 +27,9 @@ def _base(tmp_path: Path) -> Path:
     return tmp_path / "runs" / "base" / "policy"
 
 
-def _adapted(tmp_path: Path, base: Path, name: str, steps: int, resume: bool = False) -> Path:
-    config = _tiny_config(tmp_path, name=name, resume=resume,
+def _adapted(tmp_path: Path, base: Path, name: str, steps: int, resume: bool = False,
+             export: str | None = None) -> Path:
+    config = _tiny_config(tmp_path, name=name, resume=resume, export=export,
                           policy=PolicyConfig(init=str(base), lora=LoraSettings(rank=4,
                                                                                 alpha=8)),
                           optim=SFTOptimConfig(steps=steps, lr=3e-2, warmup_steps=0,
@@ -114,7 +115,11 @@ def test_lora_is_refused_without_a_base_in_train_and_on_unknown_modules(
 def test_an_adapter_is_refused_over_other_base_weights_and_adapters_in_a_loop(
         tmp_path: Path) -> None:
     base = _base(tmp_path)
-    folder = _adapted(tmp_path, base, "adapted", steps=1)
+    exported = tmp_path / "shipped" / "deeper" / "adapter"
+    folder = _adapted(tmp_path, base, "adapted", steps=1, export=str(exported))
+    meta = json.loads((exported / "treeroll.json").read_text())
+    assert meta["base"] == os.path.relpath(base, exported)  # rebased for where it went
+    load_policy(str(exported))
     moved = tmp_path / "elsewhere"  # base and adapter moved together still load
     shutil.copytree(tmp_path / "runs", moved)
     shutil.rmtree(tmp_path / "runs")

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from treeroll import advantages
 from treeroll.backends.hf import HFBackend
 from treeroll.base import Completion, GenerationRequest, SamplingParams
+from treeroll.credit import estimators as advantages
 from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.formatting import TurnFormat

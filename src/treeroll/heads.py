@@ -46,7 +46,6 @@ def check_logits(model: Any, logits: torch.Tensor, count: int) -> None:
                            "predicted positions alone")
 
 
-
 def head_at_works(model: Any) -> bool:
     """Whether :func:`head_at` gives ``model`` logits at chosen positions: one forward of two
     tokens, without a cache, selecting one position. False for a model without a separate
@@ -61,6 +60,8 @@ def head_at_works(model: Any) -> bool:
             logits = model(input_ids=torch.zeros(1, 2, dtype=torch.long, device=device),
                            use_cache=False).logits
         check_logits(model, logits, 1)
+    except torch.cuda.OutOfMemoryError:
+        raise  # not an answer about the head
     except (HeadReshaped, RuntimeError, IndexError, ValueError):
         return False
     return True

@@ -80,7 +80,6 @@ class AdvantageSection:
     eps: float = checked(1e-6, ge=0)
     """``grpo``, ``tree``, ``gigpo``, ``arpo_hard``, ``sao``: added to the std before dividing."""
 
-
     if TYPE_CHECKING:  # the estimators' blocks, added by plugin_section
         def __getattr__(self, name: str) -> Any: ...
 

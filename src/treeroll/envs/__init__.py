@@ -96,7 +96,6 @@ class EnvSection:
     task_seed: int = checked(0, ge=0)
     """Seed of the generator that draws the training pool's task seeds."""
 
-
     if TYPE_CHECKING:  # the environments' blocks, added by plugin_section
         def __getattr__(self, name: str) -> Any: ...
 

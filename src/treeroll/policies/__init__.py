@@ -242,10 +242,21 @@ def _load_adapted(spec: str, folder: Path, meta: dict[str, Any], view: str,
     base_policy = load_policy(base, view, _adapters=chain)
     expected = meta.get("base_fingerprint")
     if expected is not None and (found := weights_fingerprint(base_policy.model)) != expected:
+        from importlib.metadata import PackageNotFoundError, version
+
+        def installed(name: str) -> str:
+            try:
+                return f"{name} {version(name)}"
+            except PackageNotFoundError:
+                return f"no {name}"
+
         raise ValueError(f"policy.init {spec!r}: the adapter in {folder} was trained over "
                          f"other weights than {base!r} holds now (base_fingerprint "
                          f"{expected[:12]}..., found {found[:12]}...): load it over the base "
-                         "it was made from, or train the adapter again over this one")
+                         "it was made from, or train the adapter again over this one (a "
+                         "registry base is converted here from its package, with "
+                         f"{installed('transformers')} and {installed('gguf')}: install the "
+                         "versions of constraints.txt)")
     return (merge_adapter(base_policy.model, folder), base_policy.tokenizer,
             {**base_policy.meta, **meta})
 

@@ -94,7 +94,6 @@ class ScorerSection:
     pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
     them as its fields, a builder as keywords."""
 
-
     if TYPE_CHECKING:  # the scorers' blocks, added by plugin_section
         def __getattr__(self, name: str) -> Any: ...
 

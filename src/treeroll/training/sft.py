@@ -259,13 +259,36 @@ def sft_steps(model: Any, optimizer: Any, batches: Callable[[np.random.Generator
         yield record
 
 
+def rebase_adapter(folder: Path, was: Path, now: Path) -> None:
+    """An adapter folder's base, when it is a folder written relative to the adapter, made
+    relative to where the adapter now goes (``now``) instead of where it was (``was``)."""
+    import json
+    import os
+
+    from treeroll.policies import adapter_base
+
+    meta_file = folder / "treeroll.json"
+    if not meta_file.is_file():
+        return
+    meta = json.loads(meta_file.read_text())
+    base = meta.get("base")
+    if not isinstance(base, str):
+        return
+    resolved = adapter_base(was, base)
+    if resolved != base:  # a folder beside the old place
+        meta["base"] = os.path.relpath(Path(resolved).resolve(), now.resolve())
+        meta_file.write_text(json.dumps(meta, indent=2) + "\n")
+
+
 def copy_policy_folder(source: Path, target: Path) -> None:
     """Replace ``target`` with a copy of the policy folder ``source`` (copied beside it
-    first, then swapped in, so a failed copy leaves the old folder)."""
+    first, then swapped in, so a failed copy leaves the old folder); an adapter's folder base
+    is rewritten relative to ``target``."""
     staging = target.with_name(target.name + ".tmp")
     if staging.exists():
         shutil.rmtree(staging)
     shutil.copytree(source, staging)
+    rebase_adapter(staging, source, target)
     if target.exists():
         shutil.rmtree(target)
     staging.replace(target)

@@ -213,6 +213,9 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
 
     if config.resume:
         saved = life.restore(rng)
+        if saved.get("base_fingerprint", fingerprint) != fingerprint:
+            raise ValueError(f"--resume: {config.policy.init!r} holds other weights than the "
+                             "base this run's adapter was trained over; resume over that base")
         _load_weights(model, saved["model"], adapter is not None)
         optimizer.load_state_dict(saved["optimizer"])
         state.step, summary = int(saved["step"]), dict(saved["summary"])
@@ -227,6 +230,7 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
 
     def checkpoint() -> None:
         life.save({"model": _weights(model, adapter is not None),
+                   **({"base_fingerprint": fingerprint} if fingerprint is not None else {}),
                    "optimizer": optimizer.state_dict(),
                    "step": state.step, "summary": summary}, rng)
 
@@ -258,6 +262,9 @@ def _load_weights(model: Any, state: dict[str, torch.Tensor], adapter: bool) -> 
         return
     trained = {name for name, p in model.named_parameters() if p.requires_grad}
     if set(state) != trained:
+        if trained < set(state):
+            raise ValueError("the checkpoint holds every weight, as LoRA checkpoints did before "
+                             "they kept the adapter alone: start the run again (a new --name)")
         odd = sorted(set(state) ^ trained)[:3]
         raise ValueError(f"the checkpoint does not hold this run's adapter weights (e.g. "
                          f"{odd}); resume with the settings the run was started with (its "
