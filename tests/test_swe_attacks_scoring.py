@@ -102,7 +102,8 @@ def test_a_pytest_plugin_declared_by_a_dist_info_folder_in_the_tree_is_not_loade
            "Metadata-Version: 2.1\nName: zz_helpers\nVersion: 1.0")
     _write(env, "zz_helpers-1.0.dist-info/entry_points.txt", "[pytest11]\nzz = zz_helpers")
     _write(env, "zz_helpers.py", _PASS_ALL)
-    assert _submit(env)[0] == 0.0
+    reward, info = _submit(env)
+    assert reward == 0.0 and "scoring_incomplete" not in info  # not even loaded: no tripwire
 
 
 @pytest.mark.parametrize("module", ["pdb", "queue"])
@@ -113,7 +114,8 @@ def test_a_standard_library_module_shadowed_in_the_tree_is_not_imported(env, mod
     _write(env, f"{module}.py", "import _pytest.python\n"
                                 "_pytest.python.Function.runtest = lambda self: None\n"
                                 "class Pdb: pass\nclass Queue: pass\nclass Empty(Exception): pass")
-    assert _submit(env)[0] == 0.0
+    reward, info = _submit(env)
+    assert reward == 0.0 and "scoring_incomplete" not in info  # not even loaded: no tripwire
 
 
 def test_a_forged_bytecode_cache_of_a_library_module_is_not_loaded(env):

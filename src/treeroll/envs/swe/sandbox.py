@@ -79,6 +79,7 @@ from treeroll.envs.swe.jail import (
     mount_points,
 )
 from treeroll.envs.swe.sandbox_limits import SandboxLimits, apply_rlimits
+from treeroll.envs.swe.seccomp import syscall_filter
 from treeroll.envs.swe.workspace import Workspace
 
 __all__ = ["CommandResult", "Sandbox", "SandboxLimits", "Workspace", "default_root",
@@ -151,6 +152,8 @@ class Sandbox:
         self.jail_path = self.root / "jail"
         """The mount point of each command's closed root in overlay mode (empty on the host)."""
         self.jail_path.mkdir()
+        self._syscalls = syscall_filter()
+        """The system-call filter each command loads (``None`` where there is none)."""
         self._cgroups = cgroup_support()
         """Whether commands get a control group of their own (``cgroups.cgroup_support``)."""
         self._user_netns = False
@@ -194,7 +197,7 @@ class Sandbox:
 
     def _probe_user_netns(self) -> bool:
         try:
-            done = subprocess.run([str(self._unshare), "-rn", "true"], capture_output=True,
+            done = subprocess.run([str(self._unshare), "-rni", "true"], capture_output=True,
                                   timeout=10)
         except (OSError, subprocess.SubprocessError):
             return False
@@ -215,6 +218,8 @@ class Sandbox:
             "reads_outside_task_blocked": overlay,
             "package_data_hidden": overlay,
             "command_tree_limits": bool(self._cgroups.version),
+            "ipc_namespace": overlay or self._user_netns,
+            "syscall_filter": self._syscalls is not None,
             "scoring_channel_outside": True,
         }
 
@@ -303,6 +308,8 @@ class Sandbox:
         plan = self._jail if scoring is None else \
             dataclasses.replace(self._jail, mapped=((str(scoring), JAIL_SCORING),))
 
+        syscalls = self._syscalls
+
         def setup() -> None:  # runs in the child between fork and exec
             if group is not None:  # before the closed root hides /sys
                 group.join()
@@ -310,6 +317,8 @@ class Sandbox:
                 assert libc is not None
                 isolate(libc, plan, jail, repo, scratch, options, shm_options)
             apply_rlimits(limits)
+            if syscalls is not None and libc is not None:
+                syscalls.load(libc)
 
         return setup
 
@@ -321,7 +330,7 @@ class Sandbox:
                     "--setuid", str(_NOBODY), "--setgid", str(_NOBODY), "--", *shell]
         if self._user_netns:
             assert self._unshare is not None
-            return [self._unshare, "-rn", "--", *shell]
+            return [self._unshare, "-rni", "--", *shell]
         return shell
 
     def run(self, workspace: Workspace, command: str, *, stdin: str | None = None,

@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     from treeroll.envs.swe.tasks import SWETask
     from treeroll.envs.swe.workspace import Workspace
 
-__all__ = ["PLAIN_GIT", "ScoringError", "evaluate", "is_test_file", "reset_test_files",
-           "run_scored", "tree_modules"]
+__all__ = ["PLAIN_GIT", "SCORING_VARIABLES", "ScoringError", "evaluate", "is_test_file",
+           "reset_test_files", "run_scored", "tree_modules"]
 
 
 class ScoringError(RuntimeError):
@@ -60,6 +60,12 @@ PLAIN_GIT = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
              "GIT_ATTR_NOSYSTEM": "1"}
 """Environment of the scorer's git commands: no system or user configuration (a filter the
 host's ``/etc/gitconfig`` defines cannot run), only the pristine repository's."""
+
+
+SCORING_VARIABLES = ("PYTHONPATH", "PYTHONPYCACHEPREFIX", "PYTHONNOUSERSITE", "PYTEST_PLUGINS",
+                     "PYTEST_ADDOPTS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "TREEROLL_SCORING")
+"""Environment variables (and prefixes) a scoring run's command gets from the scorer; a task's
+test command may not set them (:mod:`~treeroll.envs.swe.swebench` refuses one that does)."""
 
 
 # --------------------------------------------------------------------------------------------
