@@ -487,9 +487,11 @@ class SWEEnv:
                          "was killed with everything it started. Avoid commands that wait for "
                          "input or run forever.")
         if result.quota_exceeded:
-            notes.append(f"The command exceeded the working tree's disk quota "
-                         f"({self.sandbox.limits.disk_quota_mb} MB) and was killed; the files it "
-                         "created were deleted.")
+            limits = self.sandbox.limits
+            notes.append(f"The working tree exceeded its disk quota ({result.quota}; it may hold "
+                         f"{limits.disk_quota_mb} MB, {limits.max_tree_entries} files and "
+                         f"folders, {limits.max_tree_depth} levels): the command was killed, "
+                         "what it created deleted and the files it changed put back.")
         if result.returncode < 0 and not result.timed_out and not result.quota_exceeded:
             notes.append(f"The command was killed by signal {-result.returncode} (resource "
                          "limits: CPU time, memory, processes, file size).")

@@ -39,8 +39,12 @@ Two isolation modes, chosen once per :class:`Sandbox` (``Sandbox.mode``):
 ``RLIMIT_NPROC`` counts every process of ``nobody`` on the host, so sandboxes running
 commands at the same moment share it. Commands are set up in a ``preexec_fn``: step
 environments from one thread per process. The disk quota of a working tree is enforced by
-polling its size while a command runs (``RLIMIT_FSIZE`` bounds each file): a command that
-exceeds it is killed and the files it created are deleted.
+polling the tree while a command runs (``RLIMIT_FSIZE`` bounds each file): apparent size (a
+sparse file counts its size), entries and depth, and again before every fork; a command that
+breaks it is killed, the entries it created are deleted and the files it changed put back as
+in the pristine tree (:meth:`Workspace.undo`). Every walk over a tree on the host is
+iterative, through descriptors (:mod:`~treeroll.envs.swe.filetree`): no folder chain makes
+the host raise.
 
 The parts live beside this module: :mod:`~treeroll.envs.swe.sandbox_limits` (the limits and
 the rlimits they set), :mod:`~treeroll.envs.swe.jail` (the closed root and the namespaces of
@@ -68,7 +72,7 @@ from pathlib import Path
 
 from treeroll.envs.swe.cgroups import CommandGroup, cgroup_support
 from treeroll.envs.swe.command import CommandResult, watch
-from treeroll.envs.swe.filetree import list_files
+from treeroll.envs.swe.filetree import remove_tree
 from treeroll.envs.swe.jail import (
     JAIL_REPO,
     JAIL_SCORING,
@@ -130,7 +134,7 @@ class Sandbox:
         parent.mkdir(parents=True, exist_ok=True)
         self.root = Path(tempfile.mkdtemp(prefix="treeroll-swe-", dir=parent)).resolve()
         os.chmod(self.root, 0o755)
-        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.root), True)
+        self._finalizer = weakref.finalize(self, remove_tree, str(self.root))
         (self.root / "bases").mkdir()
         (self.root / "ws").mkdir()
         self.repo_path = Path(JAIL_REPO)
@@ -360,7 +364,8 @@ class Sandbox:
              extra_env: dict[str, str] | None, group: CommandGroup | None,
              scoring: Path | None) -> CommandResult:
         timeout = self.limits.wall_timeout_s if timeout_s is None else timeout_s
-        before = list_files(workspace.upper)
+        before = workspace.listing()
+        since_ns = time.time_ns() - 20_000_000  # the kernel's file times run up to a tick late
         start = time.perf_counter()
         try:
             proc = subprocess.Popen(
@@ -373,7 +378,7 @@ class Sandbox:
         except (OSError, subprocess.SubprocessError) as err:
             return CommandResult(output="", returncode=-1, error=f"sandbox failed: {err}")
         return watch(proc, workspace, self.limits, stdin=stdin, before=before, start=start,
-                     timeout=timeout)
+                     timeout=timeout, since_ns=since_ns)
 
     def close(self) -> None:
         """Delete every tree this sandbox made."""

@@ -7,6 +7,7 @@ pristine tree, read files as commands see them, list what changed.
 from __future__ import annotations
 
 import contextlib
+import filecmp
 import hashlib
 import os
 import shutil
@@ -15,7 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from treeroll.envs.swe.filetree import copy_tree, list_files, tree_bytes
+from treeroll.envs.swe.filetree import (
+    TreeUsage,
+    copy_tree,
+    list_files,
+    remove_tree,
+    scan_tree,
+    tree_bytes,
+    tree_usage,
+)
 
 if TYPE_CHECKING:
     from treeroll.envs.swe.sandbox import Sandbox
@@ -59,31 +68,66 @@ class Workspace:
         return str(self.upper)
 
     def fork(self) -> Workspace:
-        """An independent copy: overlay mode copies only the branch's own (edited) files."""
-        child = self.sandbox.workspace(self.base) if self.sandbox.mode != "overlay" else None
-        if child is not None:  # copy mode: replace the fresh copy of base by a copy of ours
-            shutil.rmtree(child.upper)
-            shutil.copytree(self.upper, child.upper, symlinks=True)
-            return child
+        """An independent copy: overlay mode copies only the branch's own (edited) files. A
+        tree over its quota (a process that outlived its command, in copy mode) first loses
+        its own files (:meth:`enforce_quota`): a fork never copies more than the quota."""
+        self.enforce_quota()
         n = next(self.sandbox._counter)
         directory = self.sandbox.root / "ws" / f"{os.getpid()}-{n}"
-        copy_tree(self.upper, directory)
-        directory.with_name(directory.name + ".work").mkdir()
+        copy_tree(self.upper, directory, max_depth=self.sandbox.limits.max_tree_depth)
+        if self.sandbox.mode == "overlay":
+            directory.with_name(directory.name + ".work").mkdir()
         return Workspace(sandbox=self.sandbox, base=self.base, directory=directory)
 
+    def usage(self) -> TreeUsage:
+        """Space (apparent sizes: a sparse file counts its size), entries and depth of this
+        branch's own files, counted until a limit of the quota is passed."""
+        limits = self.sandbox.limits
+        return tree_usage(self.upper, max_bytes=limits.disk_quota_mb * 2**20,
+                          max_entries=limits.max_tree_entries, max_depth=limits.max_tree_depth)
+
     def own_bytes(self) -> int:
-        """Disk space taken by this branch's own files."""
+        """Space taken by this branch's own files (apparent sizes)."""
         return tree_bytes(self.upper)
 
-    def remove_new(self, before: set[str]) -> None:
-        """Delete entries created since ``before`` (a listing of ``upper``)."""
-        for rel in sorted(list_files(self.upper) - before, key=len):
-            target = self.upper / rel
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
-                    target.unlink()
+    def over_quota(self) -> str:
+        """Which limit of the quota this branch's own files pass, in words ("" when none)."""
+        limits = self.sandbox.limits
+        return self.usage().over(limits.disk_quota_mb * 2**20, limits.max_tree_entries,
+                                 limits.max_tree_depth)
+
+    def listing(self) -> set[str]:
+        """Every entry of this branch's own files (one level past the depth limit)."""
+        return list_files(self.upper, max_depth=self.sandbox.limits.max_tree_depth + 1)
+
+    def undo(self, before: set[str], since_ns: int) -> None:
+        """Take back what a command that broke the quota did: delete every entry not in
+        ``before`` (a :meth:`listing` taken before it), put every file changed since
+        ``since_ns`` (its ``ctime``, which no command can set) back as in the pristine tree,
+        and, if the tree still breaks the quota, drop all of this branch's own files."""
+        depth = self.sandbox.limits.max_tree_depth + 1
+        entries = list(scan_tree(self.upper, max_depth=depth))
+        for rel, _ in sorted((e for e in entries if e[0] not in before), key=lambda e: len(e[0])):
+            remove_tree(self.upper / rel)
+        for rel, st in entries:
+            if rel in before and not stat.S_ISDIR(st.st_mode) and st.st_ctime_ns >= since_ns:
+                with contextlib.suppress(OSError, ValueError):
+                    self.restore(rel)
+        self.enforce_quota()
+
+    def enforce_quota(self) -> None:
+        """Drop all of this branch's own files if they break the quota (back to the pristine
+        tree)."""
+        if not self.over_quota():
+            return
+        base_st = os.stat(self.base)
+        remove_tree(self.upper)
+        if self.sandbox.mode == "overlay":
+            self.upper.mkdir()
+            os.chmod(self.upper, stat.S_IMODE(base_st.st_mode))
+            os.chown(self.upper, base_st.st_uid, base_st.st_gid)
+        else:
+            copy_tree(self.base, self.upper)
 
     def restore(self, rel: str) -> None:
         """Put ``rel`` (a file or directory) back as it is in the pristine tree."""
@@ -96,10 +140,7 @@ class Workspace:
             if os.path.lexists(current) and not (current.is_dir() and not current.is_symlink()):
                 current.unlink()
         target = self.upper.joinpath(*parts)
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        elif os.path.lexists(target):
-            target.unlink()
+        remove_tree(target)
         source = self.base.joinpath(*parts)
         if self.sandbox.mode == "overlay" or not os.path.lexists(source):
             return  # overlay: removing our copy reveals the pristine one below
@@ -144,40 +185,35 @@ class Workspace:
         """Relative paths of regular files this branch created or edited (content differs from
         the pristine tree, or new), excluding ``.git``."""
         out = []
-        for dirpath, dirnames, filenames in os.walk(self.upper):
-            dirnames[:] = [d for d in dirnames if d != ".git"]
-            rel_dir = os.path.relpath(dirpath, self.upper)
-            for name in filenames:
-                rel = os.path.normpath(os.path.join(rel_dir, name))
-                full = Path(dirpath) / name
-                st = os.lstat(full)
-                if not stat.S_ISREG(st.st_mode):
+        for rel, st in scan_tree(self.upper, skip=(".git",),
+                                 max_depth=self.sandbox.limits.max_tree_depth + 1):
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            original = self.base / rel
+            with contextlib.suppress(OSError):
+                if original.is_file() and not original.is_symlink() and \
+                        original.stat().st_size == st.st_size and \
+                        filecmp.cmp(original, self.upper / rel, shallow=False):
                     continue
-                original = self.base / rel
-                try:
-                    if original.is_file() and not original.is_symlink() \
-                            and original.read_bytes() == full.read_bytes():
-                        continue
-                except OSError:
-                    pass
-                out.append(rel)
+            out.append(rel)
         return sorted(out)
 
     def fingerprint(self) -> str:
         """A hash of this branch's own files (equal fingerprints = equal trees)."""
         digest = hashlib.sha256()
-        for dirpath, dirnames, filenames in sorted(os.walk(self.upper)):
-            dirnames.sort()
-            for name in sorted(filenames):
-                full = Path(dirpath) / name
-                st = os.lstat(full)
-                digest.update(os.path.relpath(full, self.upper).encode() + b"\0")
-                if stat.S_ISREG(st.st_mode):
-                    digest.update(hashlib.sha256(full.read_bytes()).digest())
-                elif stat.S_ISLNK(st.st_mode):
-                    digest.update(os.readlink(full).encode())
-                else:
-                    digest.update(b"special")
+        entries = scan_tree(self.upper, max_depth=self.sandbox.limits.max_tree_depth + 1)
+        for rel, st in sorted(entries, key=lambda entry: entry[0].split("/")):
+            if stat.S_ISDIR(st.st_mode):
+                continue
+            digest.update(rel.encode() + b"\0")
+            if stat.S_ISREG(st.st_mode):
+                with contextlib.suppress(OSError), open(self.upper / rel, "rb") as handle:
+                    digest.update(hashlib.file_digest(handle, "sha256").digest())
+            elif stat.S_ISLNK(st.st_mode):
+                with contextlib.suppress(OSError):
+                    digest.update(os.readlink(self.upper / rel).encode())
+            else:
+                digest.update(b"special")
         return digest.hexdigest()
 
     def remove(self) -> None:
@@ -185,4 +221,4 @@ class Workspace:
         if not self._removed:
             self._removed = True
             for path in (self.directory, self.work, self.scratch):
-                shutil.rmtree(path, ignore_errors=True)
+                remove_tree(path)
