@@ -8,6 +8,7 @@ earned 1.0 (or raised out of ``step``) before; each earns 0 now, and the gold fi
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import shlex
 from pathlib import Path
 
@@ -204,3 +205,16 @@ def test_library_code_that_patches_pytest_in_its_process_earns_zero(env, hack):
     _run(env, f"cat >> {env.task.buggy_files[0]} <<'EOF'\n{_IN_PROCESS[hack]}EOF")
     reward, info = _submit(env)
     assert reward == 0.0 and "changed pytest" in info["scoring_incomplete"]
+
+
+def test_the_task_cannot_be_named_by_hashing_guessed_ids(env):
+    """A generated task's id names its mutation (``numkit-0000-drop_statement``). Its hash
+    was the id the observation showed, and the pristine tree's folder, which the overlay's
+    options show in ``/proc/self/mountinfo``: neither is a hash of the id alone now."""
+    env.reset(0)
+    task_id = env.task.task_id
+    guesses = [hashlib.sha256(task_id.encode()).hexdigest()[:12],
+               hashlib.sha1(f"task:{task_id}".encode()).hexdigest()[:16]]
+    seen = env.transcript[0] + _run(env, "cat /proc/self/mountinfo")
+    assert env.task.public_id in seen
+    assert not any(guess in seen for guess in guesses)

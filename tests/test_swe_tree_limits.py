@@ -144,3 +144,41 @@ def test_files_made_to_exhaust_a_parser_cost_the_host_nothing(env, source, monke
     monkeypatch.setattr(ast, "parse", host_parse)
     score = SWEProcessScorer(run_tests=False).score_env(env)
     assert 0.0 <= score.value <= 1.0
+
+
+def test_host_walks_copies_and_removal_handle_any_depth_and_path_length(tmp_path):
+    """The host's own tree functions on a chain 3,000 folders deep with 200-character names
+    (600 kB paths, far past ``PATH_MAX``), a sparse file and an unreadable folder: no
+    recursion, no exception, bounded counts, everything removed."""
+    import os
+
+    from treeroll.envs.swe.filetree import copy_tree, list_files, remove_tree, tree_usage
+
+    root = tmp_path / "tree"
+    root.mkdir()
+    (root / "sparse").touch()
+    os.truncate(root / "sparse", 30 * 2**20)
+    (root / "locked").mkdir()
+    (root / "locked" / "f").write_text("x")
+    os.chmod(root / "locked", 0)
+    top = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    current = top
+    for _ in range(3000):
+        os.mkdir("d" * 200, dir_fd=current)
+        child = os.open("d" * 200, os.O_RDONLY | os.O_DIRECTORY, dir_fd=current)
+        if current != top:
+            os.close(current)
+        current = child
+    os.close(current)
+    os.close(top)
+    usage = tree_usage(root, max_depth=64)
+    assert usage.depth == 65 and usage.bytes >= 30 * 2**20  # stopped one level past 64
+    assert tree_usage(root, max_bytes=2**20).bytes >= 30 * 2**20
+    assert max(rel.count("/") for rel in list_files(root, max_depth=10)) == 9
+    copy_tree(root, tmp_path / "copy", max_depth=20)
+    assert tree_usage(tmp_path / "copy", max_depth=100).depth == 20
+    deep = root / "/".join(["d" * 200] * 40)  # a 8 kB path
+    remove_tree(deep)
+    remove_tree(root)
+    remove_tree(tmp_path / "copy")
+    assert not root.exists() and not (tmp_path / "copy").exists()

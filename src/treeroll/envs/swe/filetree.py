@@ -175,37 +175,58 @@ def _copy_entry(name: str, st: os.stat_result, src: int, dst: int) -> None:
         os.chown(name, st.st_uid, st.st_gid, dir_fd=dst, follow_symlinks=False)
 
 
+def _copy_folder(source: int, target: int) -> list[tuple[str, os.stat_result]]:
+    """Copy the entries of folder ``source`` into folder ``target``: what is not a folder
+    whole, folders empty; returns the folders (to be entered or not)."""
+    folders = []
+    for name, st in _listing(source):
+        if stat.S_ISDIR(st.st_mode):
+            with contextlib.suppress(OSError):
+                os.mkdir(name, 0o700, dir_fd=target)
+                folders.append((name, st))
+        else:
+            with contextlib.suppress(OSError):  # one this user cannot read
+                _copy_entry(name, st, source, target)
+    return folders
+
+
 def copy_tree(src: str | Path, dst: str | Path, *, max_depth: int = DEFAULT_DEPTH) -> None:
     """Copy a folder exactly (modes, owners, symlinks, overlay whiteouts and opaque xattrs)
-    to the new folder ``dst``, down to ``max_depth`` levels, without recursion."""
+    to the new folder ``dst``, down to ``max_depth`` levels (folders at that level are copied
+    empty), without recursion and with one pair of open descriptors a level."""
     top = _open_dir(src)
     if top is None:
         raise FileNotFoundError(f"cannot open the folder {src}")
     os.mkdir(dst, 0o700)
     out = _open_dir(dst)
     assert out is not None
-    stack = [(top, out, 1)]
+    frames = [(top, out, 1, _copy_folder(top, out))]  # entries of a frame are at its depth
     try:
-        while stack:
-            source, target, depth = stack.pop()
-            try:
-                for name, st in _listing(source):
-                    if not stat.S_ISDIR(st.st_mode):
-                        with contextlib.suppress(OSError):  # one this user cannot read
-                            _copy_entry(name, st, source, target)
-                    elif depth < max_depth:
-                        child = _open_dir(name, source)
-                        if child is None:
-                            continue
-                        os.mkdir(name, 0o700, dir_fd=target)
-                        made = os.open(name, _DIR_FLAGS, dir_fd=target)
-                        stack.append((child, made, depth + 1))
+        while frames:
+            source, target, depth, folders = frames[-1]
+            if folders and depth < max_depth:
+                name, _ = folders.pop()
+                child, made = _open_dir(name, source), _open_dir(name, target)
+                if child is not None and made is not None:
+                    frames.append((child, made, depth + 1, _copy_folder(child, made)))
+                    continue
+                for fd in (child, made):
+                    if fd is not None:
+                        os.close(fd)
+                continue
+            for name, st in folders:  # the last level: the folders, not what they hold
+                made = _open_dir(name, target)
+                if made is not None:
+                    with contextlib.suppress(OSError):
+                        _copy_meta(-1, made, st, is_dir=False)
+                    os.close(made)
+            frames.pop()
+            with contextlib.suppress(OSError):
                 _copy_meta(source, target, os.fstat(source), is_dir=True)
-            finally:
-                os.close(source)
-                os.close(target)
+            os.close(source)
+            os.close(target)
     finally:
-        for source, target, _ in stack:
+        for source, target, _, _ in frames:
             os.close(source)
             os.close(target)
 
@@ -229,7 +250,7 @@ def _empty(fd: int) -> None:
             child = _open_dir(name, fd)
             if child is None:  # made unreadable: give it back to us and try again
                 with contextlib.suppress(OSError):
-                    os.chmod(name, 0o700, dir_fd=fd, follow_symlinks=False)
+                    os.chmod(name, 0o700, dir_fd=fd)  # a folder (lstat said so)
                 child = _open_dir(name, fd)
                 if child is None:
                     continue
@@ -251,26 +272,46 @@ def _empty(fd: int) -> None:
             return  # nothing could be removed: what is left stays
 
 
+def _open_parent(path: str | Path) -> tuple[int | None, str]:
+    """A descriptor of ``path``'s folder and its last name, reached one name at a time (so a
+    path longer than ``PATH_MAX`` works), never through a link."""
+    parts = [part for part in str(path).split("/") if part]
+    fd = _open_dir("/")
+    for part in parts[:-1]:
+        if fd is None:
+            break
+        child = _open_dir(part, fd)
+        os.close(fd)
+        fd = child
+    return fd, parts[-1] if parts else ""
+
+
 def remove_tree(path: str | Path) -> None:
-    """Delete ``path`` and everything below it, however deep (never raises: what cannot be
-    removed stays)."""
+    """Delete ``path`` and everything below it, however deep and however long its path
+    (never raises: what cannot be removed stays)."""
+    parent, name = _open_parent(os.path.abspath(path))
+    if parent is None or not name:
+        return
     try:
-        st = os.lstat(path)
-    except OSError:
-        return
-    if not stat.S_ISDIR(st.st_mode):
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        return
-    fd = _open_dir(path)
-    if fd is None:
-        with contextlib.suppress(OSError):
-            os.chmod(path, 0o700)
-        fd = _open_dir(path)
-    if fd is not None:
         try:
-            _empty(fd)
-        finally:
-            os.close(fd)
-    with contextlib.suppress(OSError):
-        os.rmdir(path)
+            st = os.lstat(name, dir_fd=parent)
+        except OSError:
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=parent)
+            return
+        fd = _open_dir(name, parent)
+        if fd is None:
+            with contextlib.suppress(OSError):
+                os.chmod(name, 0o700, dir_fd=parent)  # a folder (lstat said so)
+            fd = _open_dir(name, parent)
+        if fd is not None:
+            try:
+                _empty(fd)
+            finally:
+                os.close(fd)
+        with contextlib.suppress(OSError):
+            os.rmdir(name, dir_fd=parent)
+    finally:
+        os.close(parent)

@@ -60,6 +60,7 @@ import dataclasses
 import hashlib
 import itertools
 import os
+import secrets
 import shutil
 import stat
 import subprocess
@@ -144,6 +145,7 @@ class Sandbox:
         self.scratch_path = Path(JAIL_TMP)
         """Where each command's private tmpfs (``TMPDIR``, ``HOME``) appears in overlay mode."""
         self._counter = itertools.count()
+        self._salt = secrets.token_hex(8)
         self._libc = load_libc()
         self._unshare = shutil.which("unshare")
         self._bash = shutil.which("bash") or "/bin/sh"
@@ -244,7 +246,9 @@ class Sandbox:
         The tree becomes a git repository with one commit (so agents can ``git diff``) and
         belongs to the sandbox user. It is never modified afterwards.
         """
-        safe = hashlib.sha1(key.encode()).hexdigest()[:16]
+        # salted: the folder's name shows in the overlay's options (/proc/self/mountinfo),
+        # and the key names the task (a generated task's id names its mutation)
+        safe = hashlib.sha1(f"{self._salt}:{key}".encode()).hexdigest()[:16]
         path = self.root / "bases" / safe
         if path.exists():
             return path

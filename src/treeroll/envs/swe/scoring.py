@@ -102,7 +102,7 @@ def _touched(workspace: Workspace) -> set[str]:
         if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):
             continue  # regular files: changed_files compared them; directories: walked
         original = workspace.base / rel
-        if workspace.sandbox.mode == "copy" and original.is_symlink() and \
+        if workspace.sandbox.mode == "copy" and os.path.islink(original) and \
                 os.path.islink(full) and os.readlink(original) == os.readlink(full):
             continue  # copy mode copies the pristine links too
         out.add(rel)

@@ -126,9 +126,11 @@ class SWETask:
 
     @property
     def public_id(self) -> str:
-        """The id observations show: a hash of ``task_id``, which for generated tasks names
-        the mutation (``numkit-0000-drop_statement``), a hint no SWE-bench instance gives."""
-        return hashlib.sha256(self.task_id.encode()).hexdigest()[:12]
+        """The id observations show instead of ``task_id``, which for generated tasks names
+        the mutation (``numkit-0000-drop_statement``), a hint no SWE-bench instance gives: a
+        hash of the id and the reference fix, so that hashing guessed ids finds nothing."""
+        fix = json.dumps([self.reference_patch, [asdict(e) for e in self.fix_edits]])
+        return hashlib.sha256(f"{self.task_id}\0{fix}".encode()).hexdigest()[:12]
 
 
 class TaskSet(Sequence[SWETask]):
