@@ -76,9 +76,15 @@ def test_the_gold_fix_still_earns_one_and_the_untouched_tree_zero(env, seed):
 
 
 def test_no_agent_command_can_list_the_scoring_files(env):
+    """The scoring run's folder exists only while that run lasts (copy mode, which sees the
+    host, looks in its own sandbox's root; overlay mode anywhere)."""
     env.reset(0)
-    listing = _run(env, "ls -a /.scoring 2>&1; find / -name '_scoring_*' -o -name "
-                        "'tree_modules.json' 2>/dev/null | head -3; echo END")
+    _submit(env)  # a scoring run came and went
+    env.reset(0)
+    where = "/" if env.sandbox.mode == "overlay" else str(env.sandbox.root)
+    listing = _run(env, f"ls -a /.scoring 2>&1; find {where} -name '_scoring_*' -o -name "
+                        "'tree_modules.json' -o -name 'scoring-*' 2>/dev/null | head -3; "
+                        "echo END")
     assert "_scoring_" not in listing and "sitecustomize" not in listing
     assert "tree_modules" not in listing
 
@@ -218,3 +224,32 @@ def test_the_task_cannot_be_named_by_hashing_guessed_ids(env):
     seen = env.transcript[0] + _run(env, "cat /proc/self/mountinfo")
     assert env.task.public_id in seen
     assert not any(guess in seen for guess in guesses)
+
+
+def test_a_pristine_module_name_comes_from_the_tree_only_where_the_pristine_tree_has_it(
+        tmp_path):
+    """The launcher on its own: a pristine ``pkg/pdb.py`` is found in ``pkg`` as before; a
+    ``pdb.py`` the agent adds at the top of the tree never stands in for the standard
+    library's, although the name is one the pristine tree holds."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    tree = tmp_path / "tree"
+    (tree / "pkg").mkdir(parents=True)
+    (tree / "pkg" / "pdb.py").write_text("WHERE = 'pkg'\n")
+    folder = tmp_path / "scoring"
+    folder.mkdir()
+    here = Path(scoring.__file__).parent
+    (folder / "sitecustomize.py").write_text((here / "scoring_site.py").read_text())
+    (folder / "tree_modules.json").write_text(json.dumps(scoring.tree_modules(tree)))
+    (tree / "pdb.py").write_text("WHERE = 'rogue'\n")  # added by the agent
+    probe = ("import sys; sys.path[:0] = {}; import pdb; "
+             "print(getattr(pdb, 'WHERE', 'stdlib'))")
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(folder),
+           "TREEROLL_SCORING_TREE": str(tree)}
+    found = [subprocess.run([sys.executable, "-c", probe.format(paths)], env=env, cwd=tree,
+                            capture_output=True, text=True, check=True).stdout.strip()
+             for paths in ([str(tree)], [str(tree / "pkg"), str(tree)])]
+    assert found == ["stdlib", "pkg"]

@@ -172,24 +172,24 @@ def evaluate(sandbox: Sandbox, workspace: Workspace, task: SWETask,
 
 
 @functools.lru_cache(maxsize=64)
-def tree_modules(base: Path) -> dict[str, list[str]]:
-    """What a pristine tree provides to Python: ``modules``, the names of its modules and
-    packages at any depth (``name.py``, a ``name`` folder, an extension ``name.*.so``), and
-    ``metadata``, its ``.dist-info`` and ``.egg-info`` entries (relative paths). The launcher
-    finds these as before; the tree provides no other module that the standard library or
-    site-packages holds, and no other metadata. Cached per tree (pristine trees never
-    change)."""
-    modules: set[str] = set()
+def tree_modules(base: Path) -> dict[str, Any]:
+    """What a pristine tree provides to Python: ``modules``, each module or package name
+    (``name.py``, a ``name`` folder, an extension ``name.*.so``) with the folders holding it
+    (relative, ``.`` for the top), and ``metadata``, its ``.dist-info`` and ``.egg-info``
+    entries. The launcher finds these as before, and in no other folder of the tree; the
+    tree provides no other module that the standard library or site-packages holds, and no
+    other metadata. Cached per tree (pristine trees never change)."""
+    modules: dict[str, set[str]] = {}
     metadata: list[str] = []
     for rel, st in scan_tree(base, skip=(".git",)):
-        name = os.path.basename(rel)
+        folder, name = os.path.split(rel)
         if name.endswith((".dist-info", ".egg-info")):
             metadata.append(rel)
-        if stat.S_ISDIR(st.st_mode):
-            modules.add(name)
-        elif name.endswith((".py", ".so")):
-            modules.add(name.split(".")[0])
-    return {"modules": sorted(m for m in modules if m.isidentifier()),
+        module = name if stat.S_ISDIR(st.st_mode) else \
+            name.split(".")[0] if name.endswith((".py", ".so")) else ""
+        if module.isidentifier():
+            modules.setdefault(module, set()).add(folder or ".")
+    return {"modules": {name: sorted(folders) for name, folders in sorted(modules.items())},
             "metadata": sorted(metadata)}
 
 

@@ -45,32 +45,53 @@ _STARTUP = [os.path.abspath(p) for p in sys.path
 
 
 def _pristine():
-    """``(module names, metadata folders)`` of the pristine tree."""
+    """``(module name -> folders it lies in, metadata folders)`` of the pristine tree."""
     try:
         with open(os.path.join(_HERE, "tree_modules.json")) as handle:
             found = json.load(handle)
-        return set(found["modules"]), set(found["metadata"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return set(), set()
+        return ({name: set(folders) for name, folders in found["modules"].items()},
+                set(found["metadata"]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}, set()
 
 
 _OWN, _METADATA = _pristine()
 
 
+def _tree_folder(spec):
+    """The folder of the tree (relative) a spec was found in, or ``None`` outside it."""
+    locations = list(spec.submodule_search_locations or ())
+    where = os.path.dirname(locations[0] if locations else spec.origin or "")
+    if not where or not _inside_tree(where):
+        return None
+    return os.path.relpath(os.path.abspath(where), _TREE)
+
+
 class ScoringImportGuard:
     """Finds top-level modules on the start-up path before the tree (see the module's
-    docstring); submodules are left to their packages, the pristine tree's own modules and
-    names nothing else provides to the usual finders."""
+    docstring); submodules are left to their packages, and names nothing else provides, or
+    found where the pristine tree has them, to the usual finders."""
 
     treeroll_scoring_guard = True
 
     def find_spec(self, name, path=None, target=None):
-        """The start-up path's spec for ``name``, or ``None`` to let the usual finders look."""
-        if path is not None or "." in name or name in _OWN:
+        """The spec the guard decides for ``name``, or ``None`` to let the usual finders
+        look."""
+        if path is not None or "." in name:
             return None
         if name == _PLUGIN:
             return importlib.machinery.PathFinder.find_spec(name, [_HERE])
-        return importlib.machinery.PathFinder.find_spec(name, _STARTUP)
+        startup = importlib.machinery.PathFinder.find_spec(name, _STARTUP)
+        folders = _OWN.get(name)
+        if not folders:
+            return startup
+        usual = importlib.machinery.PathFinder.find_spec(name, sys.path)
+        if usual is None or _tree_folder(usual) in folders or (
+                _tree_folder(usual) is None and startup is None):
+            return None  # where the pristine tree has it: as before
+        allowed = [entry for entry in sys.path if _inside_tree(entry) and os.path.relpath(
+            os.path.abspath(entry or os.getcwd()), _TREE) in folders]
+        return importlib.machinery.PathFinder.find_spec(name, allowed) or startup
 
 
 class ScoringPathFinder(importlib.machinery.PathFinder):
