@@ -24,18 +24,22 @@ Then it runs the interpreter's own ``sitecustomize``, if any.
 Imports nothing of treeroll; written for any Python 3.8+ a test command may name.
 """
 
+from __future__ import annotations
+
 import importlib.machinery
 import importlib.util
 import json
 import os
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _TREE = os.environ.get("TREEROLL_SCORING_TREE", "").rstrip("/")
 _PLUGIN = os.environ.get("TREEROLL_SCORING_PLUGIN", "")
 
 
-def _inside_tree(path):
+def _inside_tree(path: str) -> bool:
     full = os.path.abspath(path or os.getcwd())
     return bool(_TREE) and (full == _TREE or full.startswith(_TREE + "/"))
 
@@ -44,7 +48,7 @@ _STARTUP = [os.path.abspath(p) for p in sys.path
             if p and os.path.abspath(p) != _HERE and not _inside_tree(p)]
 
 
-def _pristine():
+def _pristine() -> tuple[dict[str, set[str]], set[str]]:
     """``(module name -> folders it lies in, metadata folders)`` of the pristine tree."""
     try:
         with open(os.path.join(_HERE, "tree_modules.json")) as handle:
@@ -58,7 +62,7 @@ def _pristine():
 _OWN, _METADATA = _pristine()
 
 
-def _tree_folder(spec):
+def _tree_folder(spec: Any) -> str | None:
     """The folder of the tree (relative) a spec was found in, or ``None`` outside it."""
     locations = list(spec.submodule_search_locations or ())
     where = os.path.dirname(locations[0] if locations else spec.origin or "")
@@ -74,7 +78,7 @@ class ScoringImportGuard:
 
     treeroll_scoring_guard = True
 
-    def find_spec(self, name, path=None, target=None):
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         """The spec the guard decides for ``name``, or ``None`` to let the usual finders
         look."""
         if path is not None or "." in name:
@@ -99,7 +103,7 @@ class ScoringPathFinder(importlib.machinery.PathFinder):
     tree does not hold."""
 
     @classmethod
-    def find_distributions(cls, *args, **kwargs):
+    def find_distributions(cls, *args: Any, **kwargs: Any) -> Iterator[Any]:
         """The distributions Python's path finder finds, less those the agent added."""
         for dist in super().find_distributions(*args, **kwargs):
             where = str(getattr(dist, "_path", ""))
@@ -109,7 +113,7 @@ class ScoringPathFinder(importlib.machinery.PathFinder):
             yield dist
 
 
-def _site_plugins():
+def _site_plugins() -> list[str]:
     """Module names of the ``pytest11`` entry points on the start-up path."""
     from importlib import metadata
 
@@ -123,7 +127,7 @@ def _site_plugins():
     return names
 
 
-def _install():
+def _install() -> None:
     sys.meta_path[:] = [ScoringPathFinder if finder is importlib.machinery.PathFinder
                         else finder for finder in sys.meta_path]
     sys.meta_path.insert(0, ScoringImportGuard())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import filecmp
+import functools
 import hashlib
 import os
 import shutil
@@ -30,6 +31,12 @@ if TYPE_CHECKING:
     from treeroll.envs.swe.sandbox import Sandbox
 
 __all__ = ["Workspace"]
+
+
+@functools.lru_cache(maxsize=64)
+def _pristine_usage(base: Path) -> TreeUsage:
+    """What a pristine tree takes (it never changes)."""
+    return tree_usage(base)
 
 
 @dataclass(eq=False)
@@ -74,17 +81,28 @@ class Workspace:
         self.enforce_quota()
         n = next(self.sandbox._counter)
         directory = self.sandbox.root / "ws" / f"{os.getpid()}-{n}"
-        copy_tree(self.upper, directory, max_depth=self.sandbox.limits.max_tree_depth)
+        copy_tree(self.upper, directory, max_depth=self.quota()[2])
         if self.sandbox.mode == "overlay":
             directory.with_name(directory.name + ".work").mkdir()
         return Workspace(sandbox=self.sandbox, base=self.base, directory=directory)
 
+    def quota(self) -> tuple[int, int, int]:
+        """``(bytes, entries, depth)`` this branch's own files may take: the sandbox's limits,
+        plus the pristine tree's own size and entries in copy mode (whose tree is a full
+        copy), so that both modes leave a branch the same room."""
+        limits = self.sandbox.limits
+        pristine = _pristine_usage(self.base) if self.sandbox.mode != "overlay" else \
+            TreeUsage(0, 0, 0)
+        return (limits.disk_quota_mb * 2**20 + pristine.bytes,
+                limits.max_tree_entries + pristine.entries,
+                max(limits.max_tree_depth, pristine.depth))
+
     def usage(self) -> TreeUsage:
         """Space (apparent sizes: a sparse file counts its size), entries and depth of this
         branch's own files, counted until a limit of the quota is passed."""
-        limits = self.sandbox.limits
-        return tree_usage(self.upper, max_bytes=limits.disk_quota_mb * 2**20,
-                          max_entries=limits.max_tree_entries, max_depth=limits.max_tree_depth)
+        max_bytes, max_entries, max_depth = self.quota()
+        return tree_usage(self.upper, max_bytes=max_bytes, max_entries=max_entries,
+                          max_depth=max_depth)
 
     def own_bytes(self) -> int:
         """Space taken by this branch's own files (apparent sizes)."""
@@ -92,21 +110,18 @@ class Workspace:
 
     def over_quota(self) -> str:
         """Which limit of the quota this branch's own files pass, in words ("" when none)."""
-        limits = self.sandbox.limits
-        return self.usage().over(limits.disk_quota_mb * 2**20, limits.max_tree_entries,
-                                 limits.max_tree_depth)
+        return self.usage().over(*self.quota())
 
     def listing(self) -> set[str]:
         """Every entry of this branch's own files (one level past the depth limit)."""
-        return list_files(self.upper, max_depth=self.sandbox.limits.max_tree_depth + 1)
+        return list_files(self.upper, max_depth=self.quota()[2] + 1)
 
     def undo(self, before: set[str], since_ns: int) -> None:
         """Take back what a command that broke the quota did: delete every entry not in
         ``before`` (a :meth:`listing` taken before it), put every file changed since
         ``since_ns`` (its ``ctime``, which no command can set) back as in the pristine tree,
         and, if the tree still breaks the quota, drop all of this branch's own files."""
-        depth = self.sandbox.limits.max_tree_depth + 1
-        entries = list(scan_tree(self.upper, max_depth=depth))
+        entries = list(scan_tree(self.upper, max_depth=self.quota()[2] + 1))
         for rel, _ in sorted((e for e in entries if e[0] not in before), key=lambda e: len(e[0])):
             remove_tree(self.upper / rel)
         for rel, st in entries:
@@ -186,7 +201,7 @@ class Workspace:
         the pristine tree, or new), excluding ``.git``."""
         out = []
         for rel, st in scan_tree(self.upper, skip=(".git",),
-                                 max_depth=self.sandbox.limits.max_tree_depth + 1):
+                                 max_depth=self.quota()[2] + 1):
             if not stat.S_ISREG(st.st_mode):
                 continue
             original = self.base / rel
@@ -201,7 +216,7 @@ class Workspace:
     def fingerprint(self) -> str:
         """A hash of this branch's own files (equal fingerprints = equal trees)."""
         digest = hashlib.sha256()
-        entries = scan_tree(self.upper, max_depth=self.sandbox.limits.max_tree_depth + 1)
+        entries = scan_tree(self.upper, max_depth=self.quota()[2] + 1)
         for rel, st in sorted(entries, key=lambda entry: entry[0].split("/")):
             if stat.S_ISDIR(st.st_mode):
                 continue
