@@ -159,6 +159,7 @@ def test_the_instances_test_command_and_repo_path_are_honoured(instance, sandbox
     ({"repo": "acme/missing"}, "repo", "no git checkout of 'acme/missing'"),
     ({"problem_statement": None}, "problem_statement", "must be a string"),
     ({"test_command": "pytest {tests} {other}"}, "test_command", "does not format"),
+    ({"test_command": "PYTHONPATH=. pytest {tests}"}, "test_command", "sets PYTHONPATH"),
 ])
 def test_a_bad_instance_is_named_by_line_instance_and_field(instance, tmp_path, change, field,
                                                             says):

@@ -31,6 +31,8 @@ class CommandResult:
     returncode: int
     timed_out: bool = False
     quota_exceeded: bool = False
+    quota: str = ""
+    """Which limit of the tree's quota the command broke, in words ("" when none)."""
     elided_bytes: int = 0
     """Output bytes dropped from the middle of ``output``."""
     seconds: float = 0.0
@@ -42,24 +44,28 @@ class WatchedTree(Protocol):
     """What :func:`watch` uses of the working tree a command runs in (a
     :class:`~treeroll.envs.swe.sandbox.Workspace`)."""
 
-    def own_bytes(self) -> int:
-        """Disk space taken by the tree's own files."""
+    def over_quota(self) -> str:
+        """Which limit of its quota the tree passes, in words ("" when none)."""
         ...
 
-    def remove_new(self, before: set[str]) -> None:
-        """Delete entries created since ``before`` (a listing of the tree's own files)."""
+    def undo(self, before: set[str], since_ns: int) -> None:
+        """Take back what a command did to the tree since ``since_ns`` (``before``: a listing
+        of the tree's own files taken before it)."""
         ...
 
 
 def watch(proc: subprocess.Popen[bytes], workspace: WatchedTree, limits: SandboxLimits, *,
-          stdin: str | None, before: set[str], start: float, timeout: float) -> CommandResult:
+          stdin: str | None, before: set[str], start: float, timeout: float,
+          since_ns: int = 0) -> CommandResult:
     """Feed ``stdin`` to the started ``proc`` and read its output until it ends, the wall
     ``timeout`` (seconds after ``start``, a ``time.perf_counter()`` reading) passes, or
-    ``workspace`` holds more than ``limits.disk_quota_mb`` (polled every 0.2 s, and once
-    more at the end). At the timeout or the quota its process group is killed; it is then
-    waited for (and killed after 10 s more), and when the quota was exceeded what it
-    created since ``before`` (a listing of the tree) is deleted. Never raises for the
-    command's own failures."""
+    ``workspace`` breaks its quota (``disk_quota_mb`` of apparent size, ``max_tree_entries``,
+    ``max_tree_depth``; polled every 0.2 s, and once more at the end). At the timeout or
+    the quota its process group is killed; it is then waited for (and killed after 10 s
+    more), and when the quota was broken what it did to the tree is taken back
+    (``workspace.undo(before, since_ns)``: ``before`` a listing of the tree, ``since_ns``
+    a ``time.time_ns()`` reading taken before it started). Never raises for the command's
+    own failures."""
     if stdin is not None and proc.stdin is not None:
         with contextlib.suppress(OSError):
             proc.stdin.write(stdin.encode())
@@ -71,8 +77,8 @@ def watch(proc: subprocess.Popen[bytes], workspace: WatchedTree, limits: Sandbox
     head = bytearray()
     tail = bytearray()
     total = 0
-    timed_out = quota = False
-    quota_bytes = limits.disk_quota_mb * 2**20
+    timed_out = False
+    quota = ""
     deadline = start + timeout
     next_quota = start + 0.2
     while True:
@@ -82,8 +88,8 @@ def watch(proc: subprocess.Popen[bytes], workspace: WatchedTree, limits: Sandbox
             break
         if now >= next_quota:
             next_quota = now + 0.2
-            if workspace.own_bytes() > quota_bytes:
-                quota = True
+            quota = workspace.over_quota()
+            if quota:
                 break
         ready, _, _ = select.select([fd], [], [], min(0.05, deadline - now))
         if not ready:
@@ -110,10 +116,9 @@ def watch(proc: subprocess.Popen[bytes], workspace: WatchedTree, limits: Sandbox
             os.killpg(proc.pid, signal.SIGKILL)
         returncode = proc.wait()
     proc.stdout.close()
-    if not quota and workspace.own_bytes() > quota_bytes:
-        quota = True
+    quota = quota or workspace.over_quota()
     if quota:
-        workspace.remove_new(before)
+        workspace.undo(before, since_ns)
     elided = max(0, total - len(head) - len(tail))
     text = head.decode("utf-8", errors="replace")
     if tail:
@@ -121,5 +126,5 @@ def watch(proc: subprocess.Popen[bytes], workspace: WatchedTree, limits: Sandbox
             text += f"\n[... {elided} bytes of output elided ...]\n"
         text += tail.decode("utf-8", errors="replace")
     return CommandResult(output=text, returncode=returncode, timed_out=timed_out,
-                         quota_exceeded=quota, elided_bytes=elided,
+                         quota_exceeded=bool(quota), quota=quota, elided_bytes=elided,
                          seconds=time.perf_counter() - start)

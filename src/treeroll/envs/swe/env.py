@@ -12,8 +12,11 @@ with one command; edits happen through shell commands; a command whose output's 
 other bash command.
 
 Reward: 1.0 on the submitting step if every FAIL_TO_PASS and PASS_TO_PASS test passes in a
-fresh copy of the submitted tree with the task's tests restored, else 0.0. The step limit
-truncates (reward 0, not evaluated), so does the consecutive format-error limit.
+fresh copy of the submitted tree with the task's tests restored, else 0.0 (also when the
+tree's code stopped the tests before they finished: ``info["scoring_incomplete"]`` says
+how). Only a failure of treeroll's own (``ScoringError``: no pytest, the sandbox failing)
+raises out of ``step``, and the engine marks that node failed. The step limit truncates
+(reward 0, not evaluated), so does the consecutive format-error limit.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from treeroll.base import ExpertReply, StepResult
+from treeroll.envs.swe.editor import EDITOR_COMMANDS, EDITOR_SCRIPT
 from treeroll.envs.swe.sandbox import (
     CommandResult,
     Sandbox,
@@ -47,7 +51,6 @@ __all__ = ["SUBMIT_SENTINEL", "ParsedAction", "SWEEnv", "SWEEnvConfig", "check_c
 
 
 _CONVENTIONS = ("mini", "swe_agent")
-_EDITOR_COMMANDS = ("view", "create", "str_replace", "insert", "undo_edit")
 
 
 @dataclass(frozen=True)
@@ -143,9 +146,9 @@ def _from_tool_call(call: dict[str, Any], convention: str) -> ParsedAction:
 
 def _editor_arguments(args: dict[str, Any]) -> ParsedAction:
     command = args.get("command")
-    if command not in _EDITOR_COMMANDS or not isinstance(args.get("path"), str):
+    if command not in EDITOR_COMMANDS or not isinstance(args.get("path"), str):
         return ParsedAction("error", error="str_replace_editor needs a command (one of "
-                            f"{', '.join(_EDITOR_COMMANDS)}) and a path.")
+                            f"{', '.join(EDITOR_COMMANDS)}) and a path.")
     return ParsedAction("editor", command=str(command), arguments=dict(args))
 
 
@@ -215,103 +218,6 @@ def parse_action(text: str, convention: str) -> ParsedAction:
         f"Your reply must contain exactly one action (found {len(blocks) + len(calls)}): one "
         "fenced code block holding a bash command, a `str_replace_editor ...` call, or "
         "`submit`."))
-
-
-# --------------------------------------------------------------------------------------------
-# The editor tool (runs inside the sandbox, stdlib only; arguments arrive as JSON on stdin)
-# --------------------------------------------------------------------------------------------
-
-_EDITOR_SCRIPT = r'''
-import json, os, sys
-a = json.loads(sys.stdin.read())
-cmd, path = a["command"], a["path"]
-out = {"ok": False, "previous": None, "output": ""}
-def numbered(text, start=1):
-    return "\n".join(f"{i:6}\t{line}" for i, line in enumerate(text.split("\n"), start))
-def snippet(text, line, extra=4):
-    lines = text.split("\n")
-    lo = max(0, line - extra - 1)
-    return numbered("\n".join(lines[lo:line + extra]), lo + 1)
-def done(msg, ok=True, previous=None):
-    out.update(output=msg, ok=ok, previous=previous)
-    print(json.dumps(out)); sys.exit(0)
-try:
-    if cmd == "write":  # undo support
-        if a["content"] is None:
-            os.remove(path)
-        else:
-            open(path, "w").write(a["content"])
-        done("ok")
-    if cmd == "create":
-        if os.path.exists(path):
-            done(f"File already exists at: {path}. Cannot overwrite files using command "
-                 "`create`.", False)
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        open(path, "w").write(a.get("file_text", ""))
-        done(f"File created successfully at: {path}", True, None)
-    if not os.path.exists(path):
-        done(f"The path {path} does not exist. Please provide a valid path.", False)
-    if os.path.isdir(path):
-        if cmd != "view":
-            done(f"The path {path} is a directory and only the `view` command can be used on "
-                 "directories.", False)
-        items = []
-        for root, dirs, files in os.walk(path):
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            depth = os.path.relpath(root, path).count(os.sep)
-            if depth >= 1:
-                dirs[:] = []
-            for name in sorted(dirs + [f for f in files if not f.startswith(".")]):
-                items.append(os.path.join(root, name))
-        done(f"Here's the files and directories up to 2 levels deep in {path}, excluding "
-             "hidden items:\n" + "\n".join([path] + items))
-    text = open(path).read()
-    if cmd == "view":
-        lines = text.split("\n")
-        lo, hi = 1, len(lines)
-        if a.get("view_range"):
-            lo, hi = a["view_range"]
-            hi = len(lines) if hi == -1 else hi
-            if not 1 <= lo <= len(lines) or hi < lo:
-                done(f"Invalid view_range {a['view_range']}: the file has {len(lines)} lines.",
-                     False)
-        done(f"Here's the result of running `cat -n` on {path}:\n"
-             + numbered("\n".join(lines[lo - 1:hi]), lo))
-    if cmd == "str_replace":
-        old, new = a.get("old_str"), a.get("new_str", "")
-        if not old:
-            done("Parameter `old_str` is required for command: str_replace", False)
-        count = text.count(old)
-        if count == 0:
-            done(f"No replacement was performed, old_str `{old}` did not appear verbatim in "
-                 f"{path}.", False)
-        if count > 1:
-            lines = [i + 1 for i, line in enumerate(text.split("\n")) if old.split("\n")[0] in line]
-            done(f"No replacement was performed. Multiple occurrences of old_str `{old}` in "
-                 f"lines {lines}. Please ensure it is unique", False)
-        line = text.split(old)[0].count("\n") + 1
-        updated = text.replace(old, new)
-        open(path, "w").write(updated)
-        done(f"The file {path} has been edited. Here's the result of running `cat -n` on a "
-             f"snippet of {path}:\n" + snippet(updated, line + new.count("\n"))
-             + "\nReview the changes and make sure they are as expected. Edit the file again "
-             "if necessary.", True, text)
-    if cmd == "insert":
-        at, new = a.get("insert_line"), a.get("new_str")
-        lines = text.split("\n")
-        if new is None or not isinstance(at, int) or not 0 <= at <= len(lines):
-            done(f"Invalid `insert_line` parameter: {at}. It should be within the range of "
-                 f"lines of the file: [0, {len(lines)}]", False)
-        updated = "\n".join(lines[:at] + new.split("\n") + lines[at:])
-        open(path, "w").write(updated)
-        done(f"The file {path} has been edited. Here's the result of running `cat -n` on a "
-             f"snippet of the edited file:\n" + snippet(updated, at + 1)
-             + "\nReview the changes and make sure they are as expected (correct indentation, "
-             "no duplicate lines, etc). Edit the file again if necessary.", True, text)
-    done(f"Unknown command {cmd}", False)
-except (OSError, UnicodeDecodeError) as err:
-    done(f"Error: {err}", False)
-'''
 
 
 # --------------------------------------------------------------------------------------------
@@ -528,12 +434,15 @@ class SWEEnv:
 
     def _submit(self, info: dict[str, Any], message: str) -> StepResult:
         assert self.workspace is not None and self.task is not None
+        details: dict[str, Any] = {}
         results = evaluate(self.sandbox, self.workspace, self.task,
-                           timeout_s=self.config.eval_timeout_s)
+                           timeout_s=self.config.eval_timeout_s, details=details)
         self.success = bool(results) and all(results.values())
         self.done = self.submitted = True
         info.update(success=self.success, submitted=True,
                     tests_passed=sum(results.values()), tests_total=len(results))
+        if "incomplete" in details:  # the tree's code stopped the tests: a 0, not an error
+            info["scoring_incomplete"] = details["incomplete"]
         verdict = "all target tests pass" if self.success else \
             f"{len(results) - sum(results.values())} of {len(results)} target tests fail"
         return (f"{message}\nSubmission evaluated: {verdict}.", float(self.success), True,
@@ -558,7 +467,7 @@ class SWEEnv:
 
     def _run_editor(self, args: dict[str, Any]) -> dict[str, Any]:
         assert self.workspace is not None
-        result = self.sandbox.run(self.workspace, f"python -I -S -c {shlex.quote(_EDITOR_SCRIPT)}",
+        result = self.sandbox.run(self.workspace, f"python -I -S -c {shlex.quote(EDITOR_SCRIPT)}",
                                   stdin=json.dumps(args), timeout_s=self.config.command_timeout_s)
         try:
             reply = json.loads(result.output.strip().splitlines()[-1])
@@ -578,9 +487,11 @@ class SWEEnv:
                          "was killed with everything it started. Avoid commands that wait for "
                          "input or run forever.")
         if result.quota_exceeded:
-            notes.append(f"The command exceeded the working tree's disk quota "
-                         f"({self.sandbox.limits.disk_quota_mb} MB) and was killed; the files it "
-                         "created were deleted.")
+            limits = self.sandbox.limits
+            notes.append(f"The working tree exceeded its disk quota ({result.quota}; it may hold "
+                         f"{limits.disk_quota_mb} MB, {limits.max_tree_entries} files and "
+                         f"folders, {limits.max_tree_depth} levels): the command was killed, "
+                         "what it created deleted and the files it changed put back.")
         if result.returncode < 0 and not result.timed_out and not result.quota_exceeded:
             notes.append(f"The command was killed by signal {-result.returncode} (resource "
                          "limits: CPU time, memory, processes, file size).")

@@ -1,7 +1,7 @@
 """The closed root a command runs in, in overlay mode (see :mod:`treeroll.envs.swe.sandbox`).
 
 Planned once on the host (:func:`jail_plan`: what the root holds), built in each command's
-child between fork and exec (:func:`isolate`): new mount and network namespaces, mounts kept
+child between fork and exec (:func:`isolate`): new mount, network and IPC namespaces, mounts kept
 from propagating to the host, a fresh tmpfs holding the system directories and the tools
 read-only, the branch's overlay at :data:`JAIL_REPO`, a private scratch tmpfs at
 :data:`JAIL_TMP`, a minimal ``/dev``; then ``pivot_root`` (or ``chroot``) into it and the
@@ -23,6 +23,7 @@ __all__ = ["JAIL_REPO", "JAIL_SCORING", "JAIL_TMP", "JailPlan", "isolate", "jail
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWNET = 0x40000000
+_CLONE_NEWIPC = 0x08000000
 _MS_RDONLY = 1
 _MS_NOSUID = 2
 _MS_NODEV = 4
@@ -229,10 +230,12 @@ def _enter_jail(libc: ctypes.CDLL, plan: JailPlan, jail: str, repo: str, scratch
 
 def isolate(libc: ctypes.CDLL, plan: JailPlan, jail: str, repo: str, scratch: str,
             overlay_options: bytes, tmp_options: bytes) -> None:
-    """Move this process into new mount and network namespaces, keep its mounts from
+    """Move this process into new mount, network and IPC namespaces, keep its mounts from
     propagating to the host, and make the closed root of ``plan`` (built on ``jail``) its
-    ``/``. Runs in the command's child between fork and exec."""
-    if libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET) != 0:
+    ``/``. Runs in the command's child between fork and exec. The IPC namespace (System V
+    shared memory, semaphores, message queues) dies with the command's last process, and
+    what it held with it."""
+    if libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC) != 0:
         raise OSError(ctypes.get_errno(), "unshare")
     if libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
         raise OSError(ctypes.get_errno(), "mount --make-rprivate /")

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 
-__all__ = ["DEFAULT_TEST_COMMAND", "channel_statuses", "parse_pytest_report"]
+__all__ = ["DEFAULT_TEST_COMMAND", "ChannelReport", "channel_statuses", "parse_pytest_report",
+           "read_channel"]
 
 
 DEFAULT_TEST_COMMAND = ("python -P -m pytest -o pythonpath=. -rA -q --tb=short "
                         "-p no:cacheprovider {tests}")
 """How tests run (``{tests}``: the shell-quoted test ids, empty for the whole suite).
 ``-P`` keeps the working tree off ``sys.path`` while pytest itself loads (a ``pytest.py``
-in the tree cannot replace it); ``-o pythonpath=.`` then puts the tree first for the tests,
-as ``python -m pytest`` would."""
+in the tree cannot replace it); ``-o pythonpath=.`` then puts the tree on ``sys.path`` for
+the tests, as ``python -m pytest`` would. During scoring the launcher
+(:mod:`~treeroll.envs.swe.scoring_site`) still finds the standard library's and
+site-packages' modules before any the agent added to the tree."""
 
 _REPORT = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED) (\S+)")
 
@@ -41,12 +45,28 @@ def parse_pytest_report(output: str) -> dict[str, str]:
     return statuses
 
 
-def channel_statuses(text: str, token: str) -> tuple[dict[str, str], bool]:
-    """Test id -> status from the scoring plugin's lines (see
-    :func:`treeroll.envs.swe.tasks.run_scored`), and
-    whether its session-end line came."""
+@dataclass(frozen=True)
+class ChannelReport:
+    """What the scoring plugin's channel said (its lines carrying the run's token, up to its
+    session-end line)."""
+
+    statuses: dict[str, str]
+    """Test id -> ``PASSED`` / ``FAILED`` / ``ERROR`` / ``SKIPPED``."""
+    started: bool
+    """The plugin loaded (before any of the project's code)."""
+    done: bool
+    """The session-end line came."""
+    tampered: str = ""
+    """What the plugin's tripwire found changed in pytest ("" when nothing)."""
+
+
+def read_channel(text: str, token: str) -> ChannelReport:
+    """Read the scoring plugin's lines (see :func:`treeroll.envs.swe.scoring.run_scored`):
+    lines without ``token`` and lines after the session's end are ignored."""
     phases: dict[str, list[tuple[str, str]]] = {}
     broken: list[str] = []
+    started = done = False
+    tampered = ""
     for line in text.splitlines():
         try:
             record = json.loads(line)
@@ -54,15 +74,28 @@ def channel_statuses(text: str, token: str) -> tuple[dict[str, str], bool]:
             continue
         if not isinstance(record, dict) or record.get("token") != token:
             continue
+        if record.get("started"):
+            started = True
+            continue
+        if record.get("tampered"):
+            tampered = tampered or str(record["tampered"])[:200]
+            continue
         if record.get("done"):
+            done = True
             break
         nodeid, when, outcome = (str(record.get(k)) for k in ("nodeid", "when", "outcome"))
         if when == "collect":
             broken.append(nodeid)
         phases.setdefault(nodeid, []).append((when, outcome))
-    else:
-        return _combine(phases, broken), False
-    return _combine(phases, broken), True
+    return ChannelReport(_combine(phases, broken), started or bool(phases) or done, done,
+                         tampered)
+
+
+def channel_statuses(text: str, token: str) -> tuple[dict[str, str], bool]:
+    """Test id -> status from the scoring plugin's lines, and whether its session-end line
+    came (:func:`read_channel`, shorter)."""
+    report = read_channel(text, token)
+    return report.statuses, report.done
 
 
 def _combine(phases: dict[str, list[tuple[str, str]]], broken: list[str]) -> dict[str, str]:

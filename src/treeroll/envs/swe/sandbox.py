@@ -3,40 +3,48 @@
 Two isolation modes, chosen once per :class:`Sandbox` (``Sandbox.mode``):
 
 ``"overlay"`` (running as root on Linux with ``unshare`` and overlayfs; what treeroll's CI uses)
-    Each command runs in fresh mount, network and PID namespaces inside a **closed root**: a
-    fresh tmpfs made ``/`` with ``pivot_root`` that holds, read-only (submounts included) and
-    nosuid, the system directories (``/usr``, ``/bin``, ``/lib*``), a few ``/etc`` entries and
-    treeroll's Python installation (plus ``tools``), each at its host path; the branch's tree at
-    ``/testbed``; a private size-limited tmpfs at ``/tmp`` (``TMPDIR`` and ``HOME``); a minimal
-    ``/dev``; and a fresh ``/proc`` that shows only the command's own processes. Nothing else of
-    the host exists inside: homes, other checkouts, treeroll's own sources, other tasks' trees,
-    ``/sys``; treeroll's own package (the pristine projects the tasks are made from live in its
-    data) is covered by an empty read-only tmpfs wherever it lies inside the bound Python
-    installation (a non-editable install), and the scoring plugin's folder is shown read-only at
-    ``/.scoring`` (nothing else of the sandbox's root). The task's pristine tree is the read-
-    only *lower* layer shared by every branch; a branch's edits live in its own small *upper*
-    directory (copy-on- write of edited files, by overlayfs). The command runs as the
-    unprivileged user ``nobody`` with ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_NPROC`` and
-    ``RLIMIT_FSIZE``, no network interfaces but a down loopback, and a scrubbed environment.
-    When the command ends or its wall timeout fires, its PID namespace is torn down, which kills
-    every process it started, daemonised ones included. :meth:`Workspace.fork` copies only the
-    upper directory (the files the branch edited), so forking costs O(edited files), not
-    O(tree). If the closed root cannot be built (no ``pivot_root``), the probe fails and copy
-    mode is used.
+    Each command runs in fresh mount, network, IPC and PID namespaces inside a **closed
+    root**: a fresh tmpfs made ``/`` with ``pivot_root`` that holds, read-only (submounts
+    included) and nosuid, the system directories (``/usr``, ``/bin``, ``/lib*``), a few
+    ``/etc`` entries and treeroll's Python installation (plus ``tools``), each at its host
+    path; the branch's tree at ``/testbed``; a private size-limited tmpfs at ``/tmp``
+    (``TMPDIR`` and ``HOME``); a minimal ``/dev``; and a fresh ``/proc`` that shows only the
+    command's own processes. Nothing else of the host exists inside: homes, other checkouts,
+    treeroll's own sources, other tasks' trees, ``/sys``; treeroll's own package (the pristine
+    projects the tasks are made from live in its data) is covered by an empty read-only tmpfs
+    wherever it lies inside the bound Python installation (a non-editable install), and a
+    scoring run's own folder is shown read-only at ``/.scoring`` to that run only (nothing
+    else of the sandbox's root). The task's pristine tree is the read-only *lower* layer shared
+    by every branch; a branch's edits live in its own small *upper* directory (copy-on-write
+    of edited files, by overlayfs). The command runs as the unprivileged user ``nobody`` with
+    ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_NPROC`` and ``RLIMIT_FSIZE``, no network
+    interfaces but a down loopback, a scrubbed environment, ``no_new_privs`` and a system-call
+    filter (:mod:`~treeroll.envs.swe.seccomp`: no kernel keyrings, where libseccomp is
+    installed). When the command ends or its wall timeout fires, its PID namespace is torn
+    down, which kills every process it started, daemonised ones included, and its IPC
+    namespace with it (System V shared memory, semaphores and queues: nothing a command
+    leaves there reaches a later command, episode or task). :meth:`Workspace.fork` copies
+    only the upper directory (the files the branch edited), so forking costs O(edited files),
+    not O(tree). If the closed root cannot be built (no ``pivot_root``), the probe fails and
+    copy mode is used.
 
 ``"copy"`` (fallback: not root, or no namespaces/overlayfs)
     The working tree is a plain directory (forked by a full copy); commands run in their own
-    session with the same rlimits, a scrubbed environment and a wall timeout, and in a user +
-    network namespace (``unshare -rn``) if the kernel allows one. Files outside the tree that
-    the current user may read or write are *not* protected in this mode, and processes that
-    leave the session (``setsid``) survive the timeout. ``Sandbox.containment`` says what was
-    achieved.
+    session with the same rlimits, a scrubbed environment and a wall timeout, and in a user,
+    network and IPC namespace (``unshare -rni``) if the kernel allows one. Files outside the
+    tree that the current user may read or write are *not* protected in this mode, and
+    processes that leave the session (``setsid``) survive the timeout.
+    ``Sandbox.containment`` says what was achieved.
 
 ``RLIMIT_NPROC`` counts every process of ``nobody`` on the host, so sandboxes running
 commands at the same moment share it. Commands are set up in a ``preexec_fn``: step
 environments from one thread per process. The disk quota of a working tree is enforced by
-polling its size while a command runs (``RLIMIT_FSIZE`` bounds each file): a command that
-exceeds it is killed and the files it created are deleted.
+polling the tree while a command runs (``RLIMIT_FSIZE`` bounds each file): apparent size (a
+sparse file counts its size), entries and depth, and again before every fork; a command that
+breaks it is killed, the entries it created are deleted and the files it changed put back as
+in the pristine tree (:meth:`Workspace.undo`). Every walk over a tree on the host is
+iterative, through descriptors (:mod:`~treeroll.envs.swe.filetree`): no folder chain makes
+the host raise.
 
 The parts live beside this module: :mod:`~treeroll.envs.swe.sandbox_limits` (the limits and
 the rlimits they set), :mod:`~treeroll.envs.swe.jail` (the closed root and the namespaces of
@@ -48,7 +56,7 @@ whole process tree).
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import hashlib
 import itertools
 import os
@@ -61,12 +69,11 @@ import tempfile
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from treeroll.envs.swe.cgroups import CommandGroup, cgroup_support
 from treeroll.envs.swe.command import CommandResult, watch
-from treeroll.envs.swe.filetree import copy_tree, list_files, tree_bytes
+from treeroll.envs.swe.filetree import remove_tree
 from treeroll.envs.swe.jail import (
     JAIL_REPO,
     JAIL_SCORING,
@@ -77,6 +84,8 @@ from treeroll.envs.swe.jail import (
     mount_points,
 )
 from treeroll.envs.swe.sandbox_limits import SandboxLimits, apply_rlimits
+from treeroll.envs.swe.seccomp import syscall_filter
+from treeroll.envs.swe.workspace import Workspace
 
 __all__ = ["CommandResult", "Sandbox", "SandboxLimits", "Workspace", "default_root",
            "sandbox_python"]
@@ -126,7 +135,7 @@ class Sandbox:
         parent.mkdir(parents=True, exist_ok=True)
         self.root = Path(tempfile.mkdtemp(prefix="treeroll-swe-", dir=parent)).resolve()
         os.chmod(self.root, 0o755)
-        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.root), True)
+        self._finalizer = weakref.finalize(self, remove_tree, str(self.root))
         (self.root / "bases").mkdir()
         (self.root / "ws").mkdir()
         self.repo_path = Path(JAIL_REPO)
@@ -136,29 +145,21 @@ class Sandbox:
         self.scratch_path = Path(JAIL_TMP)
         """Where each command's private tmpfs (``TMPDIR``, ``HOME``) appears in overlay mode."""
         self._counter = itertools.count()
+        self._salt = secrets.token_hex(8)
         self._libc = load_libc()
         self._unshare = shutil.which("unshare")
         self._bash = shutil.which("bash") or "/bin/sh"
         self._python_dir = str(Path(sandbox_python()).parent)
-        self.scoring_dir = self.root / "scoring"
-        """The scoring plugin (:mod:`treeroll.envs.swe.scoring_channel`) on the host; commands
-        see it read-only at :attr:`scoring_path` (treeroll's own package is hidden)."""
-        self.scoring_dir.mkdir()
-        self.scoring_module = f"_scoring_{secrets.token_hex(6)}"
-        """The plugin's module name here (unguessable: a tree cannot shadow it)."""
-        plugin = self.scoring_dir / f"{self.scoring_module}.py"
-        shutil.copy(Path(__file__).with_name("scoring_channel.py"), plugin)
-        os.chmod(self.scoring_dir, 0o755)  # read by the sandbox user, whatever the umask
-        os.chmod(plugin, 0o644)
         (self.root / "results").mkdir(mode=0o700)
         self._jail = jail_plan([sys.prefix, sys.base_prefix, self._python_dir,
                                 os.path.dirname(os.path.realpath(sandbox_python())),
                                 *tools], self.root,
-                               hidden=[str(Path(__file__).resolve().parents[2])],
-                               mapped=[(str(self.scoring_dir), JAIL_SCORING)])
+                               hidden=[str(Path(__file__).resolve().parents[2])])
         self.jail_path = self.root / "jail"
         """The mount point of each command's closed root in overlay mode (empty on the host)."""
         self.jail_path.mkdir()
+        self._syscalls = syscall_filter()
+        """The system-call filter each command loads (``None`` where there is none)."""
         self._cgroups = cgroup_support()
         """Whether commands get a control group of their own (``cgroups.cgroup_support``)."""
         self._user_netns = False
@@ -202,16 +203,11 @@ class Sandbox:
 
     def _probe_user_netns(self) -> bool:
         try:
-            done = subprocess.run([str(self._unshare), "-rn", "true"], capture_output=True,
+            done = subprocess.run([str(self._unshare), "-rni", "true"], capture_output=True,
                                   timeout=10)
         except (OSError, subprocess.SubprocessError):
             return False
         return done.returncode == 0
-
-    @property
-    def scoring_path(self) -> str:
-        """Where commands find the scoring plugin's folder (``PYTHONPATH`` of a scoring run)."""
-        return JAIL_SCORING if self.mode == "overlay" else str(self.scoring_dir)
 
     def _containment(self) -> dict[str, bool]:
         overlay = self.mode == "overlay"
@@ -228,6 +224,8 @@ class Sandbox:
             "reads_outside_task_blocked": overlay,
             "package_data_hidden": overlay,
             "command_tree_limits": bool(self._cgroups.version),
+            "ipc_namespace": overlay or self._user_netns,
+            "syscall_filter": self._syscalls is not None,
             "scoring_channel_outside": True,
         }
 
@@ -248,7 +246,9 @@ class Sandbox:
         The tree becomes a git repository with one commit (so agents can ``git diff``) and
         belongs to the sandbox user. It is never modified afterwards.
         """
-        safe = hashlib.sha1(key.encode()).hexdigest()[:16]
+        # salted: the folder's name shows in the overlay's options (/proc/self/mountinfo),
+        # and the key names the task (a generated task's id names its mutation)
+        safe = hashlib.sha1(f"{self._salt}:{key}".encode()).hexdigest()[:16]
         path = self.root / "bases" / safe
         if path.exists():
             return path
@@ -302,8 +302,8 @@ class Sandbox:
             "TERM": "dumb",
         }
 
-    def _preexec(self, workspace: Workspace, group: CommandGroup | None = None
-                 ) -> Callable[[], None]:
+    def _preexec(self, workspace: Workspace, group: CommandGroup | None = None,
+                 scoring: Path | None = None) -> Callable[[], None]:
         limits = self.limits
         overlay = self.mode == "overlay"
         libc = self._libc
@@ -313,7 +313,10 @@ class Sandbox:
         shm_options = f"size={limits.tmpfs_mb}m,mode=1777".encode()
         repo = str(self.repo_path)
         scratch = str(self.scratch_path)
-        plan = self._jail
+        plan = self._jail if scoring is None else \
+            dataclasses.replace(self._jail, mapped=((str(scoring), JAIL_SCORING),))
+
+        syscalls = self._syscalls
 
         def setup() -> None:  # runs in the child between fork and exec
             if group is not None:  # before the closed root hides /sys
@@ -322,6 +325,8 @@ class Sandbox:
                 assert libc is not None
                 isolate(libc, plan, jail, repo, scratch, options, shm_options)
             apply_rlimits(limits)
+            if syscalls is not None and libc is not None:
+                syscalls.load(libc)
 
         return setup
 
@@ -333,22 +338,26 @@ class Sandbox:
                     "--setuid", str(_NOBODY), "--setgid", str(_NOBODY), "--", *shell]
         if self._user_netns:
             assert self._unshare is not None
-            return [self._unshare, "-rn", "--", *shell]
+            return [self._unshare, "-rni", "--", *shell]
         return shell
 
     def run(self, workspace: Workspace, command: str, *, stdin: str | None = None,
             timeout_s: float | None = None, pass_fds: Sequence[int] = (),
-            extra_env: dict[str, str] | None = None) -> CommandResult:
+            extra_env: dict[str, str] | None = None,
+            scoring: Path | None = None) -> CommandResult:
         """Run ``command`` with ``bash -c`` in ``workspace``; never raises for the command's
         own failures (timeouts, kills and quota breaches are reported in the result).
         ``pass_fds`` and ``extra_env``: descriptors and variables the command inherits (the
-        scorer's result channel). With cgroups, the command and everything it starts share
+        scorer's result channel); ``scoring``: a scoring run's folder, shown read-only at
+        ``/.scoring`` to this command only (overlay mode). With cgroups, the command and
+        everything it starts share
         one memory and one process limit (``command_memory_mb``, ``command_processes``) and
         every process left in the group is killed when the command ends."""
         group = self._cgroups.group(self.limits.command_memory_mb * 2**20,
                                     self.limits.command_processes)
         try:
-            return self._run(workspace, command, stdin, timeout_s, pass_fds, extra_env, group)
+            return self._run(workspace, command, stdin, timeout_s, pass_fds, extra_env, group,
+                             scoring)
         finally:
             if group is not None:
                 group.kill()
@@ -356,9 +365,11 @@ class Sandbox:
 
     def _run(self, workspace: Workspace, command: str, stdin: str | None,
              timeout_s: float | None, pass_fds: Sequence[int],
-             extra_env: dict[str, str] | None, group: CommandGroup | None) -> CommandResult:
+             extra_env: dict[str, str] | None, group: CommandGroup | None,
+             scoring: Path | None) -> CommandResult:
         timeout = self.limits.wall_timeout_s if timeout_s is None else timeout_s
-        before = list_files(workspace.upper)
+        before = workspace.listing()
+        since_ns = time.time_ns() - 20_000_000  # the kernel's file times run up to a tick late
         start = time.perf_counter()
         try:
             proc = subprocess.Popen(
@@ -366,178 +377,13 @@ class Sandbox:
                 else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 env={**self._environment(workspace), **(extra_env or {})},
                 start_new_session=True, cwd=None if self.mode == "overlay" else workspace.upper,
-                preexec_fn=self._preexec(workspace, group), close_fds=True,
+                preexec_fn=self._preexec(workspace, group, scoring), close_fds=True,
                 pass_fds=tuple(pass_fds))
         except (OSError, subprocess.SubprocessError) as err:
             return CommandResult(output="", returncode=-1, error=f"sandbox failed: {err}")
         return watch(proc, workspace, self.limits, stdin=stdin, before=before, start=start,
-                     timeout=timeout)
+                     timeout=timeout, since_ns=since_ns)
 
     def close(self) -> None:
         """Delete every tree this sandbox made."""
         self._finalizer()
-
-
-@dataclass(eq=False)
-class Workspace:
-    """One branch's working tree: the shared pristine ``base`` plus this branch's changes.
-
-    In overlay mode ``upper`` holds only what the branch created, edited (copied up) or
-    deleted (whiteouts); in copy mode it is a full copy of the tree.
-    """
-
-    sandbox: Sandbox
-    base: Path
-    directory: Path
-    _removed: bool = field(default=False, repr=False)
-
-    @property
-    def upper(self) -> Path:
-        """The directory holding this branch's own files."""
-        return self.directory
-
-    @property
-    def work(self) -> Path:
-        """overlayfs's work directory for this branch (overlay mode)."""
-        return self.directory.with_name(self.directory.name + ".work")
-
-    @property
-    def scratch(self) -> Path:
-        """``TMPDIR`` of commands in copy mode (outside the tree)."""
-        return self.directory.with_name(self.directory.name + ".tmp")
-
-    @property
-    def path(self) -> str:
-        """The tree's path as commands see it."""
-        if self.sandbox.mode == "overlay":
-            return str(self.sandbox.repo_path)
-        return str(self.upper)
-
-    def fork(self) -> Workspace:
-        """An independent copy: overlay mode copies only the branch's own (edited) files."""
-        child = self.sandbox.workspace(self.base) if self.sandbox.mode != "overlay" else None
-        if child is not None:  # copy mode: replace the fresh copy of base by a copy of ours
-            shutil.rmtree(child.upper)
-            shutil.copytree(self.upper, child.upper, symlinks=True)
-            return child
-        n = next(self.sandbox._counter)
-        directory = self.sandbox.root / "ws" / f"{os.getpid()}-{n}"
-        copy_tree(self.upper, directory)
-        directory.with_name(directory.name + ".work").mkdir()
-        return Workspace(sandbox=self.sandbox, base=self.base, directory=directory)
-
-    def own_bytes(self) -> int:
-        """Disk space taken by this branch's own files."""
-        return tree_bytes(self.upper)
-
-    def remove_new(self, before: set[str]) -> None:
-        """Delete entries created since ``before`` (a listing of ``upper``)."""
-        for rel in sorted(list_files(self.upper) - before, key=len):
-            target = self.upper / rel
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
-                    target.unlink()
-
-    def restore(self, rel: str) -> None:
-        """Put ``rel`` (a file or directory) back as it is in the pristine tree."""
-        parts = Path(os.path.normpath(rel)).parts
-        if not parts or parts[0] == ".." or os.path.isabs(rel):
-            raise ValueError(f"not a path inside the tree: {rel!r}")
-        current = self.upper
-        for part in parts[:-1]:  # a deleted or replaced parent hides the pristine one
-            current = current / part
-            if os.path.lexists(current) and not (current.is_dir() and not current.is_symlink()):
-                current.unlink()
-        target = self.upper.joinpath(*parts)
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        elif os.path.lexists(target):
-            target.unlink()
-        source = self.base.joinpath(*parts)
-        if self.sandbox.mode == "overlay" or not os.path.lexists(source):
-            return  # overlay: removing our copy reveals the pristine one below
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_dir():
-            shutil.copytree(source, target, symlinks=True)
-        else:
-            shutil.copy2(source, target, follow_symlinks=False)
-
-    def read_bytes(self, rel: str) -> bytes | None:
-        """Contents of the file at ``rel`` as commands see it; ``None`` if absent, not a
-        regular file, or reached through a symlink (never follows links out of the tree)."""
-        parts = Path(os.path.normpath(rel)).parts
-        if not parts or parts[0] in ("..", "/") or os.path.isabs(rel):
-            return None
-        layers = [self.upper] if self.sandbox.mode != "overlay" else [self.upper, self.base]
-        for layer in layers:
-            current = layer
-            hidden = False
-            for i, part in enumerate(parts):
-                current = current / part
-                try:
-                    st = os.lstat(current)
-                except OSError:
-                    current = None  # type: ignore[assignment]
-                    break
-                if stat.S_ISCHR(st.st_mode):  # whiteout: deleted in this branch
-                    return None
-                if stat.S_ISLNK(st.st_mode):
-                    return None
-                if i < len(parts) - 1 and stat.S_ISDIR(st.st_mode):
-                    with contextlib.suppress(OSError):
-                        if os.getxattr(current, "trusted.overlay.opaque") == b"y":
-                            hidden = True
-            if current is not None and current.is_file():
-                return current.read_bytes()
-            if hidden:
-                return None
-        return None
-
-    def changed_files(self) -> list[str]:
-        """Relative paths of regular files this branch created or edited (content differs from
-        the pristine tree, or new), excluding ``.git``."""
-        out = []
-        for dirpath, dirnames, filenames in os.walk(self.upper):
-            dirnames[:] = [d for d in dirnames if d != ".git"]
-            rel_dir = os.path.relpath(dirpath, self.upper)
-            for name in filenames:
-                rel = os.path.normpath(os.path.join(rel_dir, name))
-                full = Path(dirpath) / name
-                st = os.lstat(full)
-                if not stat.S_ISREG(st.st_mode):
-                    continue
-                original = self.base / rel
-                try:
-                    if original.is_file() and not original.is_symlink() \
-                            and original.read_bytes() == full.read_bytes():
-                        continue
-                except OSError:
-                    pass
-                out.append(rel)
-        return sorted(out)
-
-    def fingerprint(self) -> str:
-        """A hash of this branch's own files (equal fingerprints = equal trees)."""
-        digest = hashlib.sha256()
-        for dirpath, dirnames, filenames in sorted(os.walk(self.upper)):
-            dirnames.sort()
-            for name in sorted(filenames):
-                full = Path(dirpath) / name
-                st = os.lstat(full)
-                digest.update(os.path.relpath(full, self.upper).encode() + b"\0")
-                if stat.S_ISREG(st.st_mode):
-                    digest.update(hashlib.sha256(full.read_bytes()).digest())
-                elif stat.S_ISLNK(st.st_mode):
-                    digest.update(os.readlink(full).encode())
-                else:
-                    digest.update(b"special")
-        return digest.hexdigest()
-
-    def remove(self) -> None:
-        """Delete this working tree."""
-        if not self._removed:
-            self._removed = True
-            for path in (self.directory, self.work, self.scratch):
-                shutil.rmtree(path, ignore_errors=True)

@@ -2,8 +2,9 @@
 processes gets from them (:func:`apply_rlimits`).
 
 The limits of a command's whole process tree (``command_memory_mb``, ``command_processes``)
-are applied through its control group (:mod:`treeroll.envs.swe.cgroups`); the disk quota by
-polling the tree's size while the command runs (:mod:`treeroll.envs.swe.command`); the
+are applied through its control group (:mod:`treeroll.envs.swe.cgroups`); the tree's quota
+(bytes, entries, depth) by polling the tree while the command runs
+(:mod:`treeroll.envs.swe.command`) and before each fork; the
 scratch tmpfs size when the closed root is built (:mod:`treeroll.envs.swe.jail`).
 """
 
@@ -35,7 +36,13 @@ class SandboxLimits:
     file_size_mb: int = 32
     """RLIMIT_FSIZE: largest file a command may write."""
     disk_quota_mb: int = 128
-    """Most bytes a working tree's own (edited or created) files may occupy."""
+    """Most bytes a working tree's own (edited or created) files may hold, apparent sizes (a
+    sparse file counts its size: a fork copies it all)."""
+    max_tree_entries: int = 20_000
+    """Most files, links and folders a working tree's own files may count (a fork copies
+    each one)."""
+    max_tree_depth: int = 64
+    """Deepest folder level a working tree may have."""
     tmpfs_mb: int = 64
     """Size of each command's private scratch tmpfs (``TMPDIR``, ``HOME``) in overlay mode."""
     capture_bytes: int = 200_000
@@ -46,7 +53,7 @@ class SandboxLimits:
             raise ValueError(f"wall_timeout_s must be > 0, got {self.wall_timeout_s}")
         for name in ("cpu_seconds", "memory_mb", "max_processes", "file_size_mb",
                      "disk_quota_mb", "tmpfs_mb", "capture_bytes", "command_memory_mb",
-                     "command_processes"):
+                     "command_processes", "max_tree_entries", "max_tree_depth"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 

@@ -4,7 +4,8 @@ Signals read from the environment after a node's step (``node.env``, an :class:`
 
 * ``opened``: some action so far names the file that holds the bug (or its basename);
 * ``edited``: the working tree's changed files include that file;
-* ``parses``: every changed ``.py`` file parses (0.5 when nothing was edited yet);
+* ``parses``: every changed ``.py`` file parses (0.5 when nothing was edited yet), checked
+  inside the sandbox (:func:`parse_errors`), cached by the content of the changed files;
 * ``tests``: the fraction of FAIL_TO_PASS tests that pass in a fresh copy of the tree -- run
   only when the tree differs from the pristine one, cached by the content of the changed
   files (so siblings with the same edits share one run);
@@ -17,19 +18,45 @@ a failed one 0.0. Wall time spent is accumulated in ``total_seconds`` (tests dom
 
 from __future__ import annotations
 
-import ast
+import contextlib
 import hashlib
+import json
 import os
+import shlex
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from treeroll.base import Score
 from treeroll.envs.swe.env import SWEEnv
+from treeroll.envs.swe.sandbox import Sandbox, Workspace
 from treeroll.envs.swe.tasks import ScoringError, evaluate
 from treeroll.tree import Node, RolloutTree
 
-__all__ = ["SWEProcessScorer", "SWEScoreWeights"]
+__all__ = ["SWEProcessScorer", "SWEScoreWeights", "parse_errors"]
+
+_PARSE = ("import ast, json, sys\nbroken = []\nfor path in json.loads(sys.stdin.read()):\n"
+          "    try:\n        with open(path, 'rb') as handle:\n"
+          "            ast.parse(handle.read())\n"
+          "    except (SyntaxError, ValueError, RecursionError, MemoryError, OSError):\n"
+          "        broken.append(path)\nprint(json.dumps(broken))\n")
+
+
+def parse_errors(sandbox: Sandbox, workspace: Workspace, paths: list[str]) -> list[str]:
+    """Which of the tree's ``.py`` files ``paths`` do not parse. Parsed inside the sandbox
+    (``python -I -S``: none of the tree's code runs), under the command's limits: a file
+    the agent made to exhaust a parser (a list literal of millions of items, nesting
+    thousands deep) costs the host nothing; one that cannot be parsed within the limits
+    counts as not parsing."""
+    result = sandbox.run(workspace, f"python -I -S -c {shlex.quote(_PARSE)}",
+                         stdin=json.dumps(paths))
+    try:
+        broken = json.loads(result.output.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return list(paths)
+    if result.returncode != 0 or not isinstance(broken, list):
+        return list(paths)
+    return [path for path in paths if path in broken]
 
 
 @dataclass(frozen=True)
@@ -70,6 +97,7 @@ class SWEProcessScorer:
         self.test_runs = 0
         """Test runs made (cache misses)."""
         self._cache: dict[tuple[str, str], float] = {}
+        self._parsed: dict[tuple[str, str, str], list[str]] = {}
 
     def __call__(self, tree: RolloutTree, nodes: Sequence[Node]) -> list[Score]:
         """One score per node, from ``node.env`` (the environment after the node's step)."""
@@ -99,15 +127,15 @@ class SWEProcessScorer:
         changed = workspace.changed_files()
         edited = float(bool(set(changed) & set(task.buggy_files)))
         python = [p for p in changed if p.endswith(".py")]
-        broken = []
         digest = hashlib.sha256()
         for rel in python:
-            data = workspace.read_bytes(rel) or b""
-            digest.update(rel.encode() + b"\0" + hashlib.sha256(data).digest())
-            try:
-                ast.parse(data)
-            except (SyntaxError, ValueError):
-                broken.append(rel)
+            digest.update(rel.encode() + b"\0")
+            with contextlib.suppress(OSError), open(workspace.upper / rel, "rb") as handle:
+                digest.update(hashlib.file_digest(handle, "sha256").digest())
+        parse_key = (task.task_id, "parse", digest.hexdigest())
+        if python and parse_key not in self._parsed:
+            self._parsed[parse_key] = parse_errors(env.sandbox, workspace, python)
+        broken = self._parsed.get(parse_key, [])
         parses = 0.5 if not python else float(not broken)
         tests = 0.0
         ran = "unchanged tree"

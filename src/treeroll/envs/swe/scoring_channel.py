@@ -1,49 +1,138 @@
 """A pytest plugin that reports test outcomes through a channel the tested code cannot fake.
+PYTEST_DONT_REWRITE (imported by the launcher before pytest: nothing to rewrite).
 
-The SWE scorer copies this file (it imports nothing of treeroll) next to the sandbox and
-runs the task's test command with ``-p`` naming it, so pytest loads it before any conftest or
-test module -- and so before any of the project's (the agent's) code -- is imported. At import
-it takes two file descriptors the scorer opened outside the sandbox and passed to the command
-(``TREEROLL_SCORING_FDS=<results>,<token>``): it reads a random token from the second and
-closes it, then writes one JSON line per test phase to the first (``nodeid``, ``when``,
-``outcome``, the token), and a final ``done`` line at the end of the session, after which it
-closes the descriptor. The scorer reads the results file (nowhere inside the sandbox) up to
-its ``done`` line and ignores what tests print, so a fake pytest summary, a JUnit file written
-into the tree, or an ``atexit`` hook that prints or writes after the session score nothing.
+The SWE scorer copies this file (it imports nothing of treeroll) under a fresh random name
+into a scoring run's own folder; the launcher there (:mod:`treeroll.envs.swe.scoring_site`)
+imports it at interpreter start-up and ``PYTEST_PLUGINS`` names it, so pytest registers it
+before any conftest or test module -- and so before any of the project's (the agent's) code
+-- is imported. At registration it takes two file descriptors the scorer opened outside the
+sandbox and passed to the command (``TREEROLL_SCORING_FDS=<results>,<token>``): it reads a
+random token from the second and closes it, writes a ``started`` line, then one JSON line per
+test phase to the first (``nodeid``, ``when``, ``outcome``, the token), and a final ``done``
+line at the end of the session, after which it closes the descriptor. The scorer reads the
+results file (nowhere inside the sandbox) up to its ``done`` line and ignores what tests
+print, so a fake pytest summary, a JUnit file written into the tree, or an ``atexit`` hook
+that prints or writes after the session score nothing.
 
-What this does not stop: code that, inside the tests' own process, finds this plugin's
-token in memory (``gc``, ``sys.modules``) and writes forged lines through a descriptor it
-duplicated before the plugin closed its own. The agent never sees how it is scored (the
-plugin's name, the variable and the protocol appear in no observation).
+The tripwire: at registration it notes pytest's and pluggy's functions that run a test and
+make its report (and their code objects), and every attribute of the ``pytest`` module; before
+each report it writes and at the session's end it checks them, and that no hook making or
+passing on reports comes from a module of the tree other than a ``conftest.py``. A change is
+written as a ``tampered`` line: the scorer then counts every test failed. This catches
+``_pytest.python.Function.runtest = lambda self: None`` and its kin, not code that goes
+further (it runs in the same process: it can find this plugin, its token in memory or a
+descriptor duplicated early, and rewrite them too).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any
 
+_STATE: dict[str, Any] = {"channel": None, "token": "", "tree": "", "watched": {},
+                          "namespace": {}, "tampered": ""}
 
-def _open() -> tuple[Any, str] | None:
+_WATCHED = (
+    "_pytest.python:Function.runtest", "_pytest.python:pytest_pyfunc_call",
+    "_pytest.runner:call_and_report", "_pytest.runner:call_runtest_hook",
+    "_pytest.runner:CallInfo.from_call", "_pytest.runner:pytest_runtest_makereport",
+    "_pytest.runner:pytest_runtest_call", "_pytest.runner:runtestprotocol",
+    "_pytest.reports:TestReport.from_item_and_call", "_pytest.reports:TestReport.__init__",
+    "_pytest.reports:BaseReport.passed", "_pytest.reports:BaseReport.failed",
+    "_pytest.skipping:pytest_runtest_makereport", "_pytest.unittest:TestCaseFunction.runtest",
+    "_pytest.outcomes:fail", "_pytest.raises:raises", "_pytest.python_api:raises",
+    "_pytest.python_api:approx", "pluggy._callers:_multicall",
+    "pluggy._hooks:HookCaller.__call__", "pluggy._manager:PluginManager._hookexec",
+    "pluggy._result:Result.get_result", "pluggy._result:Result.force_result")
+"""``module:qualified.name`` of what decides a test's outcome (missing ones are skipped)."""
+
+_HOOKS = ("pytest_runtest_protocol", "pytest_runtest_call", "pytest_pyfunc_call",
+          "pytest_runtest_makereport", "pytest_runtest_logreport", "pytest_report_teststatus")
+"""Hooks whose implementations may come from pytest, site-packages or a ``conftest.py`` only."""
+
+
+def _resolve(spec: str) -> Any:
+    module_name, _, path = spec.partition(":")
+    value: Any = sys.modules.get(module_name)
+    for part in path.split("."):
+        value = getattr(value, part, None) if value is not None else None
+    return getattr(value, "__func__", value)
+
+
+def _fingerprint(value: Any) -> tuple[int, int]:
+    code = getattr(value, "__code__", None)
+    return id(value), id(code)
+
+
+def _open() -> None:
     spec = os.environ.pop("TREEROLL_SCORING_FDS", "")
     if not spec:
-        return None
+        return
     results, token_fd = (int(part) for part in spec.split(","))
     with os.fdopen(token_fd, "r") as source:
-        token = source.read().strip()
-    return os.fdopen(results, "w", buffering=1), token
-
-
-_CHANNEL = _open()
+        _STATE["token"] = source.read().strip()
+    _STATE["channel"] = os.fdopen(results, "w", buffering=1)
+    _STATE["tree"] = os.environ.get("TREEROLL_SCORING_TREE", "").rstrip("/")
+    for finder in list(sys.meta_path):  # the launcher's guard, back before pytest's hook
+        if getattr(finder, "treeroll_scoring_guard", False):
+            sys.meta_path.remove(finder)
+            sys.meta_path.insert(0, finder)
+    _STATE["watched"] = {spec: _fingerprint(_resolve(spec)) for spec in _WATCHED
+                         if _resolve(spec) is not None}
+    pytest_module = sys.modules.get("pytest")
+    _STATE["namespace"] = dict(vars(pytest_module)) if pytest_module is not None else {}
+    _write({"started": True})
 
 
 def _write(record: dict[str, Any]) -> None:
-    if _CHANNEL is not None and not _CHANNEL[0].closed:
-        _CHANNEL[0].write(json.dumps({**record, "token": _CHANNEL[1]}) + "\n")
+    channel = _STATE["channel"]
+    if channel is not None and not channel.closed:
+        channel.write(json.dumps({**record, "token": _STATE["token"]}) + "\n")
+
+
+def _from_tree(function: Any) -> bool:
+    """Whether ``function`` was defined in a module of the tree other than a conftest."""
+    module = sys.modules.get(getattr(function, "__module__", "") or "")
+    where = os.path.abspath(str(getattr(module, "__file__", "") or ""))
+    tree = _STATE["tree"]
+    return bool(tree) and where.startswith(tree + "/") and \
+        os.path.basename(where) != "conftest.py"
+
+
+def _check(manager: Any = None) -> str:
+    """What of pytest changed since registration ("" when nothing)."""
+    for spec, fingerprint in _STATE["watched"].items():
+        if _fingerprint(_resolve(spec)) != fingerprint:
+            return spec
+    pytest_module = sys.modules.get("pytest")
+    for name, value in _STATE["namespace"].items():
+        if getattr(pytest_module, name, None) is not value:
+            return f"pytest.{name}"
+    if manager is not None:
+        for hook in _HOOKS:
+            caller = getattr(manager.hook, hook, None)
+            for impl in caller.get_hookimpls() if caller is not None else ():
+                if _from_tree(impl.function):
+                    return f"{hook} from {impl.function.__module__}"
+    return ""
+
+
+def pytest_plugin_registered(plugin: Any, manager: Any) -> None:
+    """At this plugin's registration (before any conftest or project module): open the
+    channel, note the tripwire's baseline; later registrations: check the hooks."""
+    if _STATE["channel"] is None and "TREEROLL_SCORING_FDS" in os.environ:
+        _open()
+        _STATE["manager"] = manager
 
 
 def pytest_runtest_logreport(report: Any) -> None:
-    """One line per phase (setup, call, teardown) of every test."""
+    """One line per phase (setup, call, teardown) of every test, after the tripwire."""
+    if not _STATE["tampered"]:
+        _STATE["tampered"] = _check(_STATE.get("manager"))
+        if _STATE["tampered"]:
+            _write({"tampered": _STATE["tampered"]})
     _write({"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome})
 
 
@@ -54,7 +143,12 @@ def pytest_collectreport(report: Any) -> None:
 
 
 def pytest_sessionfinish(session: Any, exitstatus: Any) -> None:
-    """The last line; the descriptor is closed after it."""
+    """The tripwire's last look, then the last line; the descriptor is closed after it."""
+    if not _STATE["tampered"]:
+        _STATE["tampered"] = _check(_STATE.get("manager"))
+        if _STATE["tampered"]:
+            _write({"tampered": _STATE["tampered"]})
     _write({"done": True, "exitstatus": int(exitstatus)})
-    if _CHANNEL is not None:
-        _CHANNEL[0].close()
+    channel = _STATE["channel"]
+    if channel is not None:
+        channel.close()

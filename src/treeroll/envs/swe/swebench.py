@@ -12,9 +12,11 @@ is there with the right type, the checkout is found and is a git repository, ``b
 is a full commit hash that exists in it (a branch name could point at the fixed commit),
 every test id is a pytest node id inside the repository (treeroll scores with pytest: Django-
 and sympy-style ids are refused), the patches name only paths inside the repository, the test
-command formats. Every problem found is reported, each with the file, line, instance and
-field. Not checked at load: whether the patches apply (the test patch is applied at scoring,
-where one that does not apply fails every test; ``validate_task`` applies the gold patch).
+command formats and sets none of the variables the scorer sets (``PYTHONPATH``,
+``PYTEST_PLUGINS``, ...: they would put the tree back in the scorer's path). Every problem
+found is reported, each with the file, line, instance and field. Not checked at load:
+whether the patches apply (the test patch is applied at scoring, where one that does not
+apply fails every test; ``validate_task`` applies the gold patch).
 The starting tree is ``git archive``'s: files marked ``export-ignore`` and submodules are not
 in it.
 """
@@ -30,6 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from treeroll.envs.swe.scoring import SCORING_VARIABLES
 from treeroll.envs.swe.tasks import DEFAULT_TEST_COMMAND, SWETask, TaskSet
 
 __all__ = ["SWEInstanceError", "load_swebench_jsonl"]
@@ -141,6 +144,11 @@ def _check_row(row: Any, here: Path, repos: Any,
     except (KeyError, IndexError, ValueError) as err:
         problems.append(("test_command", f"{command!r} does not format with {{tests}} "
                                          f"only ({err!r}); double other braces"))
+    overridden = [name for name in SCORING_VARIABLES if name in command]
+    if overridden:
+        problems.append(("test_command", f"sets {overridden[0]}, which the scorer sets to keep "
+                                         "the tree out of its path; put the tree on sys.path "
+                                         "with pytest's -o pythonpath=. instead"))
     checkout = None
     try:
         checkout = _find_checkout(row, here, repos)

@@ -15,11 +15,12 @@ index (``treeroll/data/swe_tasks/index.json``) and rebuilt on demand. Re-check t
     python -m treeroll.envs.swe --validate 5          # five random ones
     python -m treeroll.envs.swe --generate 240 --seed 0 --out index.json
 
-This module holds the tasks, the shipped index's loader (:func:`builtin_tasks`), scoring
-(:func:`evaluate`), validation and the command line. The rest lives beside it and is
-importable from here too: :mod:`~treeroll.envs.swe.mutations` (the mutations),
-:mod:`~treeroll.envs.swe.generation` (the shipped projects and the generation loop) and
-:mod:`~treeroll.envs.swe.pytest_report` (the test command and reading what it reports).
+This module holds the tasks, the shipped index's loader (:func:`builtin_tasks`), validation
+and the command line. The rest lives beside it and is importable from here too:
+:mod:`~treeroll.envs.swe.mutations` (the mutations), :mod:`~treeroll.envs.swe.generation`
+(the shipped projects and the generation loop), :mod:`~treeroll.envs.swe.scoring` (scoring:
+:func:`evaluate`) and :mod:`~treeroll.envs.swe.pytest_report` (the test command and reading
+what it reports).
 """
 
 from __future__ import annotations
@@ -27,14 +28,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import random
-import re
-import secrets
 import shlex
-import stat
 import sys
-import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,6 +50,13 @@ from treeroll.envs.swe.pytest_report import (
     parse_pytest_report,
 )
 from treeroll.envs.swe.sandbox import Sandbox, Workspace
+from treeroll.envs.swe.scoring import (
+    ScoringError,
+    evaluate,
+    is_test_file,
+    reset_test_files,
+    run_scored,
+)
 
 __all__ = [
     "DEFAULT_TEST_COMMAND",
@@ -123,9 +126,11 @@ class SWETask:
 
     @property
     def public_id(self) -> str:
-        """The id observations show: a hash of ``task_id``, which for generated tasks names
-        the mutation (``numkit-0000-drop_statement``), a hint no SWE-bench instance gives."""
-        return hashlib.sha256(self.task_id.encode()).hexdigest()[:12]
+        """The id observations show instead of ``task_id``, which for generated tasks names
+        the mutation (``numkit-0000-drop_statement``), a hint no SWE-bench instance gives: a
+        hash of the id and the reference fix, so that hashing guessed ids finds nothing."""
+        fix = json.dumps([self.reference_patch, [asdict(e) for e in self.fix_edits]])
+        return hashlib.sha256(f"{self.task_id}\0{fix}".encode()).hexdigest()[:12]
 
 
 class TaskSet(Sequence[SWETask]):
@@ -194,149 +199,8 @@ def builtin_tasks(index: str | Path | None = None) -> TaskSet:
 
 
 # --------------------------------------------------------------------------------------------
-# Running tests
+# Validation
 # --------------------------------------------------------------------------------------------
-
-def _test_args(tests: Sequence[str]) -> str:
-    files = sorted({t.split("::")[0] for t in tests})
-    # pytest selects node ids directly; long lists select whole files then filter by report
-    return " ".join(shlex.quote(t) for t in (tests if len(tests) <= 50 else files))
-
-
-_TEST_FILE = re.compile(r"(^|/)(tests?|testing)(/|$)|(^|/)test_[^/]*\.py$|_tests?\.py$"
-                        r"|(^|/)tests?\.py$|(^|/)conftest\.py$"
-                        r"|(^|/)(\.?pytest\.(ini|toml)|setup\.cfg|tox\.ini|pyproject\.toml)$")
-"""What counts as a test file when scoring: anything under a ``test``, ``tests`` or
-``testing`` directory, ``test_*.py``, ``*_test.py``, ``*_tests.py``, ``test.py`` and
-``tests.py`` (Django's), every ``conftest.py``, and the files pytest reads its settings from
-(``pytest.ini``, ``.pytest.ini``, ``pytest.toml``, ``.pytest.toml``, ``setup.cfg``,
-``tox.ini``, ``pyproject.toml``: an added ``addopts`` could load a plug-in that passes every
-test)."""
-
-
-def is_test_file(rel: str) -> bool:
-    """True when the repository path ``rel`` is a test file (see ``_TEST_FILE``)."""
-    return bool(_TEST_FILE.search(rel.replace("\\", "/")))
-
-
-def _pristine_files(workspace: Workspace) -> list[str]:
-    out: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(workspace.base):
-        dirnames[:] = [d for d in dirnames if d != ".git"]
-        rel_dir = os.path.relpath(dirpath, workspace.base)
-        out.extend(os.path.normpath(os.path.join(rel_dir, name)) for name in filenames)
-    return out
-
-
-def _touched(workspace: Workspace) -> set[str]:
-    """Paths of every entry this branch created, edited or replaced: regular files, links and
-    anything else (a link named ``conftest.py`` is as much a test file as a file is)."""
-    out = set(workspace.changed_files())
-    for dirpath, dirnames, filenames in os.walk(workspace.upper):
-        dirnames[:] = [d for d in dirnames if d != ".git"]
-        rel_dir = os.path.relpath(dirpath, workspace.upper)
-        for name in dirnames + filenames:
-            full = os.path.join(dirpath, name)
-            if stat.S_ISREG(os.lstat(full).st_mode) or stat.S_ISDIR(os.lstat(full).st_mode):
-                continue  # regular files: changed_files compared them; directories: walked
-            rel = os.path.normpath(os.path.join(rel_dir, name))
-            original = workspace.base / rel
-            if workspace.sandbox.mode == "copy" and original.is_symlink() and \
-                    os.path.islink(full) and os.readlink(original) == os.readlink(full):
-                continue  # copy mode copies the pristine links too
-            out.add(rel)
-    return out
-
-
-def reset_test_files(workspace: Workspace, task: SWETask) -> list[str]:
-    """Put every test file of ``workspace`` back as it is at the task's start (SWE-bench's
-    ``git checkout base_commit -- <tests>``, extended from the files ``test_patch`` names to
-    every test file and to the files the test ids name): edited ones are restored, created
-    ones (files or links) deleted, deleted ones brought back, and ``task.test_paths``
-    restored whole. Returns the paths reset."""
-    named = {t.split("::")[0] for t in (*task.fail_to_pass, *task.pass_to_pass)}
-    touched = {rel for rel in _touched(workspace) if is_test_file(rel) or rel in named}
-    missing = {rel for rel in _pristine_files(workspace)
-               if (is_test_file(rel) or rel in named) and workspace.read_bytes(rel) is None}
-    targets = sorted(touched | missing | set(task.test_paths))
-    for rel in targets:
-        workspace.restore(rel)
-    for rel in sorted(missing):  # still hidden: an ancestor was deleted and made again
-        if workspace.read_bytes(rel) is None:
-            parts = Path(rel).parts
-            ancestor = next((str(Path(*parts[:i])) for i in range(1, len(parts))
-                             if is_test_file(str(Path(*parts[:i])) + "/")), None)
-            if ancestor is not None:
-                workspace.restore(ancestor)
-                targets.append(ancestor)
-    return targets
-
-
-def evaluate(sandbox: Sandbox, workspace: Workspace, task: SWETask,
-             tests: Sequence[str] | None = None, *, timeout_s: float = 120.0) -> dict[str, bool]:
-    """Run ``tests`` (default: FAIL_TO_PASS + PASS_TO_PASS) the way SWE-bench scores them, in
-    a fresh copy of ``workspace``: every test file reset to the task's start
-    (:func:`reset_test_files`), then the test patch applied (if it does not apply, every test
-    counts as failed), then the task's test command; return test id -> passed."""
-    selected = list(tests) if tests is not None else [*task.fail_to_pass, *task.pass_to_pass]
-    fresh = workspace.fork()
-    try:
-        reset_test_files(fresh, task)
-        if task.eval_patch:
-            applied = sandbox.run(fresh, "git apply -", stdin=task.eval_patch)
-            if applied.returncode != 0:
-                return dict.fromkeys(selected, False)
-        statuses = run_scored(sandbox, fresh, task.test_command.format(
-            tests=_test_args(selected)), timeout_s=timeout_s)
-    finally:
-        fresh.remove()
-    return {t: statuses.get(t) == "PASSED" for t in selected}
-
-
-class ScoringError(RuntimeError):
-    """The tests could not run (no pytest, a command that never reached pytest): an error
-    in the episode's record, never a reward of 0."""
-
-
-def run_scored(sandbox: Sandbox, workspace: Workspace, command: str, *,
-               timeout_s: float) -> dict[str, str]:
-    """Run a pytest ``command`` in ``workspace`` with the scoring plugin
-    (:mod:`treeroll.envs.swe.scoring_channel`) and return test id -> ``PASSED`` /
-    ``FAILED`` / ``ERROR`` / ``SKIPPED`` from its channel: a file outside the sandbox,
-    written through a descriptor the command inherits, each line carrying a token read from a
-    second descriptor. What the tests print is never read; lines without the token, and lines
-    after the session's end, are ignored; a test passes only if every record of it passed.
-    Raises :class:`ScoringError` when the session never ended (pytest missing, the command
-    failed before it, the wall timeout)."""
-    token = secrets.token_hex(16)
-    results_dir = sandbox.root / "results"
-    results_dir.mkdir(mode=0o700, exist_ok=True)
-    handle, path = tempfile.mkstemp(dir=results_dir)
-    read_end, write_end = os.pipe()
-    os.write(write_end, token.encode())
-    os.close(write_end)
-    try:
-        result = sandbox.run(workspace, command, timeout_s=timeout_s,
-                             pass_fds=(handle, read_end),
-                             extra_env={"TREEROLL_SCORING_FDS": f"{handle},{read_end}",
-                                        "PYTHONPATH": sandbox.scoring_path,
-                                        "PYTEST_ADDOPTS": f"-p {sandbox.scoring_module}"})
-    finally:
-        os.close(handle)
-        os.close(read_end)
-    try:
-        text = Path(path).read_text(errors="replace")
-    finally:
-        os.unlink(path)
-    statuses, done = channel_statuses(text, token)
-    if not done:
-        why = ("timed out" if result.timed_out else result.error or
-               f"exit code {result.returncode}")
-        raise ScoringError(f"the tests could not run ({why}): "
-                           f"{result.output.strip()[-300:] or 'no output'}")
-    return statuses
-
-
 
 def validate_task(task: SWETask, sandbox: Sandbox) -> tuple[bool, str]:
     """Check that ``task`` fails before and passes after its reference fix.
