@@ -150,11 +150,24 @@ def test_host_walks_copies_and_removal_handle_any_depth_and_path_length(tmp_path
     """The host's own tree functions on a chain 3,000 folders deep with 200-character names
     (600 kB paths, far past ``PATH_MAX``), a sparse file and an unreadable folder: no
     recursion, no exception, bounded counts, everything removed."""
-    import os
+    import subprocess
 
     from treeroll.envs.swe.filetree import copy_tree, list_files, remove_tree, tree_usage
 
     root = tmp_path / "tree"
+    try:
+        _deep_tree_checks(root, tmp_path, copy_tree, list_files, remove_tree, tree_usage)
+    finally:  # whatever failed above, no 600 kB path is left for pytest's own cleanup
+        for left in (root, tmp_path / "copy"):
+            if left.exists():
+                subprocess.run(["chmod", "-R", "u+rwx", str(left)], capture_output=True)
+                subprocess.run(["rm", "-rf", str(left)], capture_output=True)
+
+
+def _deep_tree_checks(root, tmp_path, copy_tree, list_files, remove_tree, tree_usage):
+    """The body of the test above (kept apart so that its clean-up always runs)."""
+    import os
+
     root.mkdir()
     (root / "sparse").touch()
     os.truncate(root / "sparse", 30 * 2**20)
