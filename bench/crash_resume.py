@@ -56,7 +56,9 @@ def kill_once(runs: Path, steps: int, chooser: random.Random) -> bool:
     resume = (runs / "killed" / "checkpoints" / "last.pt").exists()
     metrics = runs / "killed" / "metrics.jsonl"
     before = metrics.read_text().count('"leaves"') if metrics.exists() else 0
-    wait_for = before + chooser.randint(0, 3)
+    # a kill lands before the run's last two steps are logged: a promised kill never finds the
+    # run already finished (a wait past the end would let it finish, and the kill not land)
+    wait_for = min(before + chooser.randint(0, 3), steps - 2)
     delay = chooser.uniform(0.0, 0.5)
     process = subprocess.Popen(command(runs, "killed", steps, *(["--resume"] if resume else [])),
                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -110,7 +112,8 @@ def main() -> None:
                               weights_only=False)["model"] for name in ("whole", "killed")]
         same_weights = all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
     print(json.dumps({
-        "kills": done_kills, "lost_steps": len(lost), "duplicated_steps": len(duplicated),
+        "kills": done_kills, "kills_promised": kills, "lost_steps": len(lost),
+        "duplicated_steps": len(duplicated),
         "resumed_ok": bool(resumes_ok and killed == whole and same_weights),
         "records_equal": killed == whole, "weights_equal": same_weights, "steps": steps,
         "kill_seed": args.seed, "seconds": round(time.perf_counter() - start, 1),

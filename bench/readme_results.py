@@ -890,10 +890,10 @@ if "crash_resume_quick" in R:
     cr = res("crash_resume_quick")
     w(f"""#### Crash and resume (`bench/crash_resume.py --quick`)
 
-`treeroll train` on `configs/tiny.yaml` ({cr['steps']} steps) killed with SIGKILL {cr['kills']} times at random moments
+`treeroll train` on `configs/tiny.yaml` ({cr['steps']} steps) killed with SIGKILL {cr['kills']} times (of {cr.get('kills_promised', '?')} promised) at random moments
 (kill seed {cr['kill_seed']}) and resumed each time, against the same run uninterrupted:
 
-{quote('crash_resume_quick', ['kills', 'lost_steps', 'duplicated_steps', 'resumed_ok', 'records_equal', 'weights_equal'])}
+{quote('crash_resume_quick', ['kills', 'kills_promised', 'lost_steps', 'duplicated_steps', 'resumed_ok', 'records_equal', 'weights_equal'])}
 
 Lost steps {cr['lost_steps']}, steps logged twice {cr['duplicated_steps']}; the resumed run's `metrics.jsonl` (wall times aside) and final
 weights are the uninterrupted run's: **{'met' if cr['resumed_ok'] and cr['lost_steps'] == 0 and cr['duplicated_steps'] == 0 else 'not met'}**.
