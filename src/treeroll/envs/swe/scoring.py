@@ -34,7 +34,7 @@ import stat
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from treeroll.envs.swe.filetree import scan_tree
 from treeroll.envs.swe.jail import JAIL_SCORING
@@ -43,11 +43,26 @@ from treeroll.envs.swe.pytest_report import read_channel
 if TYPE_CHECKING:
     from treeroll.envs.swe.command import CommandResult
     from treeroll.envs.swe.sandbox import Sandbox
-    from treeroll.envs.swe.tasks import SWETask
     from treeroll.envs.swe.workspace import Workspace
 
 __all__ = ["PLAIN_GIT", "SCORING_VARIABLES", "ScoringError", "evaluate", "is_test_file",
            "reset_test_files", "run_scored", "tree_modules"]
+
+
+class ScoredTask(Protocol):
+    """What scoring reads of a :class:`~treeroll.envs.swe.tasks.SWETask` (declared here
+    rather than imported: the tasks module imports this one)."""
+
+    @property
+    def fail_to_pass(self) -> tuple[str, ...]: ...
+    @property
+    def pass_to_pass(self) -> tuple[str, ...]: ...
+    @property
+    def test_paths(self) -> tuple[str, ...]: ...
+    @property
+    def eval_patch(self) -> str: ...
+    @property
+    def test_command(self) -> str: ...
 
 
 class ScoringError(RuntimeError):
@@ -109,7 +124,7 @@ def _touched(workspace: Workspace) -> set[str]:
     return out
 
 
-def reset_test_files(workspace: Workspace, task: SWETask) -> list[str]:
+def reset_test_files(workspace: Workspace, task: ScoredTask) -> list[str]:
     """Put every test file of ``workspace`` back as it is at the task's start (SWE-bench's
     ``git checkout base_commit -- <tests>``, extended from the files ``test_patch`` names to
     every test file and to the files the test ids name): edited ones are restored, created
@@ -143,7 +158,7 @@ def _test_args(tests: Sequence[str]) -> str:
     return " ".join(shlex.quote(t) for t in (tests if len(tests) <= 50 else files))
 
 
-def evaluate(sandbox: Sandbox, workspace: Workspace, task: SWETask,
+def evaluate(sandbox: Sandbox, workspace: Workspace, task: ScoredTask,
              tests: Sequence[str] | None = None, *, timeout_s: float = 120.0,
              details: dict[str, Any] | None = None) -> dict[str, bool]:
     """Run ``tests`` (default: FAIL_TO_PASS + PASS_TO_PASS) the way SWE-bench scores them, in

@@ -13,9 +13,10 @@ import hashlib
 import os
 import shutil
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from treeroll.envs.swe.filetree import (
     TreeUsage,
@@ -26,9 +27,23 @@ from treeroll.envs.swe.filetree import (
     tree_bytes,
     tree_usage,
 )
+from treeroll.envs.swe.sandbox_limits import SandboxLimits
 
-if TYPE_CHECKING:
-    from treeroll.envs.swe.sandbox import Sandbox
+
+class SandboxView(Protocol):
+    """What a workspace reads of its :class:`~treeroll.envs.swe.sandbox.Sandbox` (declared
+    here rather than imported: the sandbox module imports this one)."""
+
+    @property
+    def mode(self) -> str: ...
+    @property
+    def limits(self) -> SandboxLimits: ...
+    @property
+    def repo_path(self) -> Path: ...
+    @property
+    def root(self) -> Path: ...
+    @property
+    def _counter(self) -> Iterator[int]: ...
 
 __all__ = ["Workspace"]
 
@@ -47,7 +62,7 @@ class Workspace:
     deleted (whiteouts); in copy mode it is a full copy of the tree.
     """
 
-    sandbox: Sandbox
+    sandbox: SandboxView
     base: Path
     directory: Path
     _removed: bool = field(default=False, repr=False)
