@@ -113,6 +113,8 @@ def test_channel_reads_only_tokened_lines_before_the_session_end() -> None:
     assert statuses["tests/a.py::test_y"] == "PASSED"
     assert statuses["tests/b.py::test_z"] == "ERROR"  # its file failed to collect
     assert channel_statuses(text.replace(token, "other"), token) == ({}, False)
+    nested = "[" * 100_000  # past the JSON parser's depth, and longer than any record
+    assert channel_statuses(nested + "\n" + text, token) == (statuses, True)
 
 
 def test_a_test_command_that_never_reaches_pytest_is_a_scoring_error(env):

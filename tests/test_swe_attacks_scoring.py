@@ -168,11 +168,41 @@ def test_library_code_that_hangs_the_tests_earns_zero_not_an_error(env):
     assert reward == 0.0 and "timed out" in info["scoring_incomplete"]
 
 
-def test_a_run_that_never_reaches_the_plugin_is_still_treerolls_error(env):
+def test_a_test_command_the_shell_cannot_run_is_treerolls_error_and_a_tree_stopping_pytest_a_zero(
+        env):
     env.reset(0)
     with pytest.raises(ScoringError, match="could not run"):
-        run_scored(env.sandbox, env.workspace, "python -c 'import sys; sys.exit(3)'",
-                   timeout_s=10)
+        run_scored(env.sandbox, env.workspace, "no-such-test-runner -q", timeout_s=10)
+    details: dict = {}
+    assert run_scored(env.sandbox, env.workspace, "python -c 'import sys; sys.exit(3)'",
+                      timeout_s=10, details=details) == {}
+    assert "before the scoring plugin loaded" in details["incomplete"]
+
+
+def test_a_tree_that_keeps_pytest_from_starting_earns_zero_not_a_dropped_node(env):
+    """``chmod 000`` on the tree makes pytest fail while it looks for its configuration,
+    before any plugin loads: that is the tree's doing, a 0 in the group, not an error that
+    would leave the node out of it."""
+    env.reset(0)
+    _run(env, "chmod 000 .")
+    reward, info = _submit(env)  # raised ScoringError out of step before
+    assert reward == 0.0 and info["submitted"]
+    if env.sandbox.mode == "overlay":  # as nobody (in copy mode root reads it anyway)
+        assert "before the scoring plugin loaded" in info["scoring_incomplete"]
+
+
+def test_a_pytest_session_the_tested_code_starts_in_process_writes_nothing(env):
+    """Library code that runs ``pytest.main`` on tests of its own (as a project's own test
+    helpers may) neither forges records nor ends the channel: the gold fix still earns 1."""
+    env.reset(0)
+    _gold(env)
+    nested = ("import os as _os, tempfile as _tf, pytest as _pt\n"
+              "_d = _tf.mkdtemp()\n"
+              "open(_os.path.join(_d, 'test_inner.py'), 'w').write('def test_ok(): pass\\n')\n"
+              "_pt.main([_d, '-q', '-p', 'no:cacheprovider'])\n")
+    _run(env, f"cat >> {env.task.buggy_files[0]} <<'EOF'\n{nested}EOF")
+    reward, info = _submit(env)
+    assert reward == 1.0 and "scoring_incomplete" not in info
 
 
 _IN_PROCESS = {

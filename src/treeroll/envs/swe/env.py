@@ -472,7 +472,7 @@ class SWEEnv:
         try:
             reply = json.loads(result.output.strip().splitlines()[-1])
             return reply if isinstance(reply, dict) else {"output": str(reply)}
-        except (json.JSONDecodeError, IndexError):
+        except (json.JSONDecodeError, IndexError, RecursionError):  # nested past the parser
             return {"ok": False, "output": f"str_replace_editor failed: {result.output[-500:]}"
                     + (" (timed out)" if result.timed_out else "")}
 

@@ -60,6 +60,11 @@ class ChannelReport:
     """What the plugin's tripwire found changed in pytest ("" when nothing)."""
 
 
+MAX_RECORD_CHARS = 4096
+"""Longer lines in the channel are not the plugin's (its records are a test id and a few
+words): skipped unparsed."""
+
+
 def read_channel(text: str, token: str) -> ChannelReport:
     """Read the scoring plugin's lines (see :func:`treeroll.envs.swe.scoring.run_scored`):
     lines without ``token`` and lines after the session's end are ignored."""
@@ -68,9 +73,11 @@ def read_channel(text: str, token: str) -> ChannelReport:
     started = done = False
     tampered = ""
     for line in text.splitlines():
+        if len(line) > MAX_RECORD_CHARS:  # no record of the plugin's is this long
+            continue
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # a line nested past the parser's depth
             continue
         if not isinstance(record, dict) or record.get("token") != token:
             continue

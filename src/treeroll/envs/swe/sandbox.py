@@ -67,6 +67,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -160,6 +161,11 @@ class Sandbox:
         self.jail_path.mkdir()
         self._syscalls = syscall_filter()
         """The system-call filter each command loads (``None`` where there is none)."""
+        if self._syscalls is None:
+            warnings.warn("the SWE sandbox has no system-call filter here (libseccomp missing, "
+                          "or the kernel refused it): kernel keyrings are not isolated between "
+                          "tasks (containment['syscall_filter'] is False); install libseccomp2",
+                          stacklevel=2)
         self._cgroups = cgroup_support()
         """Whether commands get a control group of their own (``cgroups.cgroup_support``)."""
         self._user_netns = False

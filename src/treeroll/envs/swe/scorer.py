@@ -129,7 +129,7 @@ class SWEProcessScorer:
         python = [p for p in changed if p.endswith(".py")]
         digest = hashlib.sha256()
         for rel in python:
-            digest.update(rel.encode() + b"\0")
+            digest.update(os.fsencode(rel) + b"\0")
             with contextlib.suppress(OSError), open(workspace.upper / rel, "rb") as handle:
                 digest.update(hashlib.file_digest(handle, "sha256").digest())
         parse_key = (task.task_id, "parse", digest.hexdigest())

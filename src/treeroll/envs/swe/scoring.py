@@ -241,10 +241,11 @@ def run_scored(sandbox: Sandbox, workspace: Workspace, command: str, *, timeout_
     second descriptor. What the tests print is never read; lines without the token, and lines
     after the session's end, are ignored; a test passes only if every record of it passed.
 
-    A session the tree's code ended early, outran or bent (the plugin loaded, then no session
-    end, the quota, or its tripwire) returns ``{}`` and says why in ``details["incomplete"]``.
-    Raises :class:`ScoringError` when the plugin never loaded (pytest missing, the command
-    failed before it, the sandbox could not start it)."""
+    A session the tree's code kept from starting or finishing (pytest failing before the
+    plugin loads, no session end, the quota, the tripwire) returns ``{}`` and says why in
+    ``details["incomplete"]``: a 0. Raises :class:`ScoringError` only for what is not the
+    tree's doing: the sandbox could not start the command, or it never loaded the plugin and
+    exited 0 (it did not run pytest), 126 or 127 (the shell could not find or run it)."""
     token = secrets.token_hex(16)
     results_dir = sandbox.root / "results"
     results_dir.mkdir(mode=0o700, exist_ok=True)
@@ -274,20 +275,34 @@ def run_scored(sandbox: Sandbox, workspace: Workspace, command: str, *, timeout_
     report = read_channel(text, token)
     if report.done and not report.tampered and not result.quota_exceeded:
         return report.statuses
-    if report.started or result.quota_exceeded:
-        if details is not None:
-            details["incomplete"] = _why_incomplete(report.tampered, result)
-        return {}
-    why = ("timed out" if result.timed_out else result.error or
-           f"exit code {result.returncode}")
-    raise ScoringError(f"the tests could not run ({why}): "
-                       f"{result.output.strip()[-300:] or 'no output'}")
+    if result.error or (result.returncode in COMMAND_NOT_RUN and not report.started):
+        # the sandbox could not start it, or the command never ran pytest: treeroll's (the
+        # task's test command's) error, not the tree's
+        why = result.error or f"exit code {result.returncode}"
+        raise ScoringError(f"the tests could not run ({why}): "
+                           f"{result.output.strip()[-300:] or 'no output'}")
+    # The command ran: whatever kept the plugin from starting or finishing (a tree that
+    # makes pytest fail before its plugins load, a run ended early or bent) is the tree's
+    # doing, a 0 with its reason, never a node out of the group.
+    if details is not None:
+        details["incomplete"] = _why_incomplete(report.tampered, result, report.started)
+    return {}
 
 
-def _why_incomplete(tampered: str, result: CommandResult) -> str:
+COMMAND_NOT_RUN = (0, 126, 127)
+"""Exit codes of a scoring command that never loaded the plugin through no doing of the tree:
+it succeeded without running pytest (0), or the shell could not find or run it (126, 127).
+The task's test command is at fault (``validate_task`` refuses such a task). Any other exit
+before the plugin loaded is the tree's doing (a 0)."""
+
+
+def _why_incomplete(tampered: str, result: CommandResult, started: bool = True) -> str:
     if tampered:
         return f"the tests changed pytest ({tampered})"
     if result.quota_exceeded:
         return "the tests exceeded the working tree's quota"
+    if not started:
+        return ("pytest stopped before the scoring plugin loaded (exit code "
+                f"{result.returncode}): " + (result.output.strip()[-200:] or "no output"))
     return "the tests did not finish (" + (
         "timed out" if result.timed_out else f"exit code {result.returncode}") + ")"

@@ -120,35 +120,43 @@ def _check(manager: Any = None) -> str:
 
 
 def pytest_plugin_registered(plugin: Any, manager: Any) -> None:
-    """At this plugin's registration (before any conftest or project module): open the
-    channel, note the tripwire's baseline; later registrations: check the hooks."""
+    """At this plugin's first registration (before any conftest or project module): open the
+    channel, note the tripwire's baseline, and register the recorder with this plugin
+    manager alone. A session the tested code starts in the same process (``pytest.main``,
+    ``pytester.inline_run``) may register this module again, but has no recorder: it writes
+    nothing, so it can neither forge records nor end the channel early."""
     if _STATE["channel"] is None and "TREEROLL_SCORING_FDS" in os.environ:
         _open()
         _STATE["manager"] = manager
+        plugins = [name for name in os.environ.get("PYTEST_PLUGINS", "").split(",")
+                   if name.strip() and name.strip() != __name__]
+        os.environ["PYTEST_PLUGINS"] = ",".join(plugins)  # nested sessions do not load it
+        manager.register(_Recorder(), "treeroll-scoring-recorder")
 
 
-def pytest_runtest_logreport(report: Any) -> None:
-    """One line per phase (setup, call, teardown) of every test, after the tripwire."""
-    if not _STATE["tampered"]:
-        _STATE["tampered"] = _check(_STATE.get("manager"))
-        if _STATE["tampered"]:
-            _write({"tampered": _STATE["tampered"]})
-    _write({"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome})
+class _Recorder:
+    """The hooks that write the channel, registered with the first session's manager only."""
 
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        """One line per phase (setup, call, teardown) of every test, after the tripwire."""
+        if not _STATE["tampered"]:
+            _STATE["tampered"] = _check(_STATE.get("manager"))
+            if _STATE["tampered"]:
+                _write({"tampered": _STATE["tampered"]})
+        _write({"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome})
 
-def pytest_collectreport(report: Any) -> None:
-    """A file that fails to collect is an error of every test in it."""
-    if report.failed:
-        _write({"nodeid": report.nodeid, "when": "collect", "outcome": "failed"})
+    def pytest_collectreport(self, report: Any) -> None:
+        """A file that fails to collect is an error of every test in it."""
+        if report.failed:
+            _write({"nodeid": report.nodeid, "when": "collect", "outcome": "failed"})
 
-
-def pytest_sessionfinish(session: Any, exitstatus: Any) -> None:
-    """The tripwire's last look, then the last line; the descriptor is closed after it."""
-    if not _STATE["tampered"]:
-        _STATE["tampered"] = _check(_STATE.get("manager"))
-        if _STATE["tampered"]:
-            _write({"tampered": _STATE["tampered"]})
-    _write({"done": True, "exitstatus": int(exitstatus)})
-    channel = _STATE["channel"]
-    if channel is not None:
-        channel.close()
+    def pytest_sessionfinish(self, session: Any, exitstatus: Any) -> None:
+        """The tripwire's last look, then the last line; the descriptor is closed after it."""
+        if not _STATE["tampered"]:
+            _STATE["tampered"] = _check(_STATE.get("manager"))
+            if _STATE["tampered"]:
+                _write({"tampered": _STATE["tampered"]})
+        _write({"done": True, "exitstatus": int(exitstatus)})
+        channel = _STATE["channel"]
+        if channel is not None:
+            channel.close()

@@ -235,13 +235,13 @@ class Workspace:
         for rel, st in sorted(entries, key=lambda entry: entry[0].split("/")):
             if stat.S_ISDIR(st.st_mode):
                 continue
-            digest.update(rel.encode() + b"\0")
+            digest.update(os.fsencode(rel) + b"\0")
             if stat.S_ISREG(st.st_mode):
                 with contextlib.suppress(OSError), open(self.upper / rel, "rb") as handle:
                     digest.update(hashlib.file_digest(handle, "sha256").digest())
             elif stat.S_ISLNK(st.st_mode):
                 with contextlib.suppress(OSError):
-                    digest.update(os.readlink(self.upper / rel).encode())
+                    digest.update(os.fsencode(os.readlink(self.upper / rel)))
             else:
                 digest.update(b"special")
         return digest.hexdigest()
