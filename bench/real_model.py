@@ -264,8 +264,9 @@ def resumed(config: Any, run: Any) -> tuple[dict[str, Any], bool]:
     continuing what an earlier invocation of this benchmark left in the same runs folder on
     the same commit: a finished run is read back (its ``summary.json``), an interrupted one
     resumed from its checkpoint (exact resume: the same metrics and weights as one
-    uninterrupted run). A run folder from another commit, or a started run without a
-    checkpoint, is moved aside and the run starts over. So a figure longer than a session
+    uninterrupted run; SIGINT checkpoints the last whole step first, and writes a summary
+    that is not read as finished). A run folder from another commit, or a started run
+    without a checkpoint, is moved aside and the run starts over. So a figure longer than a session
     (``python bench/reproduce.py --stale`` in its worktree) finishes when it is run again.
     Returns the run's summary and whether part of it came from an earlier invocation."""
     from treeroll.training.runfolder import move_aside
@@ -273,8 +274,11 @@ def resumed(config: Any, run: Any) -> tuple[dict[str, Any], bool]:
     folder = Path(config.runs_dir) / config.name
     stamp, commit = folder / "figure_commit.txt", _commit()
     same = stamp.is_file() and stamp.read_text().strip() == commit and "+dirty" not in commit
-    if same and (folder / "summary.json").is_file():
-        return json.loads((folder / "summary.json").read_text()), True
+    summary = folder / "summary.json"  # also written by an interrupted run: not finished
+    if same and summary.is_file():
+        done = json.loads(summary.read_text())
+        if "final_eval" in done and "interrupted_at_step" not in done:
+            return done, True
     if same and (folder / "checkpoints" / "last.pt").is_file():
         return run(replace(config, resume=True)), True
     if folder.exists():
