@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from treeroll.envs.swe import SUBMIT_SENTINEL, Sandbox, builtin_tasks, make_swe_env, scoring
-from treeroll.envs.swe.tasks import ScoringError, run_scored
+from treeroll.envs.swe.tasks import ScoringError, TaskSet, run_scored
 
 _probe = Sandbox(isolation="auto")
 OVERLAY = _probe.mode == "overlay"
@@ -188,7 +188,7 @@ def test_a_tree_that_keeps_pytest_from_starting_earns_zero_not_a_dropped_node(en
     reward, info = _submit(env)  # raised ScoringError out of step before
     assert reward == 0.0 and info["submitted"]
     if env.sandbox.mode == "overlay":  # as nobody (in copy mode root reads it anyway)
-        assert "before the scoring plugin loaded" in info["scoring_incomplete"]
+        assert "before any test was reported" in info["scoring_incomplete"]
 
 
 def test_a_pytest_session_the_tested_code_starts_in_process_writes_nothing(env):
@@ -283,3 +283,52 @@ def test_a_pristine_module_name_comes_from_the_tree_only_where_the_pristine_tree
                             capture_output=True, text=True, check=True).stdout.strip()
              for paths in ([str(tree)], [str(tree / "pkg"), str(tree)])]
     assert found == ["stdlib", "pkg"]
+
+
+_BEFORE_THE_PLUGIN = {
+    "the token read and every test forged": (
+        "import json as _json, os as _os\n"
+        "_spec = _os.environ.get('TREEROLL_SCORING_FDS')\n"
+        "if _spec:\n"
+        "    _out, _fd = (int(_x) for _x in _spec.split(','))\n"
+        "    _token = _os.read(_fd, 256).decode().strip()\n"
+        "    def _line(**_record):\n"
+        "        _os.write(_out, (_json.dumps({**_record, 'token': _token}) + '\\n').encode())\n"
+        "    _line(started=True)\n"
+        "    for _id in IDS:\n"
+        "        for _when in ('setup', 'call', 'teardown'):\n"
+        "            _line(nodeid=_id, when=_when, outcome='passed')\n"
+        "    _line(done=True, exitstatus=0)\n"),
+    "pytest patched before the tripwire's baseline": (
+        "import _pytest.python\n_pytest.python.Function.runtest = lambda self: None\n"),
+}
+
+
+@pytest.mark.parametrize("hack", sorted(_BEFORE_THE_PLUGIN))
+@pytest.mark.parametrize("mode", MODES)
+def test_a_module_the_test_command_loads_with_dash_p_runs_after_the_token_is_taken(mode, hack):
+    """A task whose test command (or pristine ``addopts``) names one of the tree's modules
+    with ``-p`` has pytest import it before ``PYTEST_PLUGINS``: the agent's edit of that
+    module ran before the scoring plugin took its token and noted the tripwire's baseline
+    (a forged 1.0). The launcher has the plugin do both at start-up now: 0, gold still 1."""
+    task = builtin_tasks()[0]
+    module = task.buggy_files[0].removesuffix(".py").replace("/", ".")
+    command = task.test_command.replace("-p no:cacheprovider",
+                                        f"-p no:cacheprovider -p {module}")
+    assert command != task.test_command
+    environment = make_swe_env("mini", TaskSet([dataclasses.replace(task, test_command=command)]),
+                               isolation=mode, allow_host_access=True, command_timeout_s=20,
+                               step_limit=50, eval_timeout_s=60, output_limit_chars=4000)
+    try:
+        environment.reset(0)
+        _gold(environment)
+        assert _submit(environment)[0] == 1.0  # the module, loaded as a plugin, is harmless
+        environment.reset(0)
+        ids = [*task.fail_to_pass, *task.pass_to_pass]
+        attack = f"IDS = {ids!r}\n" + _BEFORE_THE_PLUGIN[hack]
+        _run(environment, f"cat >> {task.buggy_files[0]} <<'EOF'\n{attack}EOF")
+        reward, info = _submit(environment)
+        assert reward == 0.0 and info["tests_passed"] < info["tests_total"]
+    finally:
+        environment.close()
+        environment.sandbox.close()

@@ -285,7 +285,8 @@ def run_scored(sandbox: Sandbox, workspace: Workspace, command: str, *, timeout_
     # makes pytest fail before its plugins load, a run ended early or bent) is the tree's
     # doing, a 0 with its reason, never a node out of the group.
     if details is not None:
-        details["incomplete"] = _why_incomplete(report.tampered, result, report.started)
+        details["incomplete"] = _why_incomplete(report.tampered, result, report.started,
+                                                bool(report.statuses))
     return {}
 
 
@@ -296,13 +297,16 @@ The task's test command is at fault (``validate_task`` refuses such a task). Any
 before the plugin loaded is the tree's doing (a 0)."""
 
 
-def _why_incomplete(tampered: str, result: CommandResult, started: bool = True) -> str:
+def _why_incomplete(tampered: str, result: CommandResult, started: bool = True,
+                    reported: bool = True) -> str:
     if tampered:
         return f"the tests changed pytest ({tampered})"
     if result.quota_exceeded:
         return "the tests exceeded the working tree's quota"
+    output = result.output.strip()[-200:] or "no output"
     if not started:
         return ("pytest stopped before the scoring plugin loaded (exit code "
-                f"{result.returncode}): " + (result.output.strip()[-200:] or "no output"))
+                f"{result.returncode}): {output}")
     return "the tests did not finish (" + (
-        "timed out" if result.timed_out else f"exit code {result.returncode}") + ")"
+        "timed out" if result.timed_out else f"exit code {result.returncode}") + ")" + (
+        "" if reported else f" before any test was reported: {output}")

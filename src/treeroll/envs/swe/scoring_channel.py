@@ -5,16 +5,21 @@ The SWE scorer copies this file (it imports nothing of treeroll) under a fresh r
 into a scoring run's own folder; the launcher there (:mod:`treeroll.envs.swe.scoring_site`)
 imports it at interpreter start-up and ``PYTEST_PLUGINS`` names it, so pytest registers it
 before any conftest or test module -- and so before any of the project's (the agent's) code
--- is imported. At registration it takes two file descriptors the scorer opened outside the
-sandbox and passed to the command (``TREEROLL_SCORING_FDS=<results>,<token>``): it reads a
-random token from the second and closes it, writes a ``started`` line, then one JSON line per
-test phase to the first (``nodeid``, ``when``, ``outcome``, the token), and a final ``done``
-line at the end of the session, after which it closes the descriptor. The scorer reads the
+-- is imported. It takes two file descriptors the scorer opened outside the sandbox and
+passed to the command (``TREEROLL_SCORING_FDS=<results>,<token>``): it reads a random token
+from the second and closes it, and writes a ``started`` line. In a process whose command line
+names pytest the launcher has it do so at interpreter start-up (:func:`open_channel`), before
+pytest reads its arguments: a plugin that a task's command or its pristine ``addopts`` names
+with ``-p`` is imported before ``PYTEST_PLUGINS`` are, from the tree, and would otherwise run
+the agent's code before the token was taken and the tripwire's baseline noted. Elsewhere it
+does so when pytest registers it. At registration it then writes one JSON line per test phase
+to the first (``nodeid``, ``when``, ``outcome``, the token), and a final ``done`` line at the
+end of the session, after which it closes the descriptor. The scorer reads the
 results file (nowhere inside the sandbox) up to its ``done`` line and ignores what tests
 print, so a fake pytest summary, a JUnit file written into the tree, or an ``atexit`` hook
 that prints or writes after the session score nothing.
 
-The tripwire: at registration it notes pytest's and pluggy's functions that run a test and
+The tripwire: when it opens the channel it notes pytest's and pluggy's functions that run a test and
 make its report (and their code objects), and every attribute of the ``pytest`` module; before
 each report it writes and at the session's end it checks them, and that no hook making or
 passing on reports comes from a module of the tree other than a ``conftest.py``. A change is
@@ -26,6 +31,8 @@ descriptor duplicated early, and rewrite them too).
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import os
 import sys
@@ -66,19 +73,21 @@ def _fingerprint(value: Any) -> tuple[int, int]:
     return id(value), id(code)
 
 
-def _open() -> None:
+def open_channel() -> None:
+    """Take the token, open the channel, note the tripwire's baseline (importing the modules
+    it watches first) and write the ``started`` line; once per process, and only where the
+    scorer passed its descriptors. The launcher calls it at start-up in a pytest process."""
     spec = os.environ.pop("TREEROLL_SCORING_FDS", "")
-    if not spec:
+    if not spec or _STATE["channel"] is not None:
         return
     results, token_fd = (int(part) for part in spec.split(","))
     with os.fdopen(token_fd, "r") as source:
         _STATE["token"] = source.read().strip()
     _STATE["channel"] = os.fdopen(results, "w", buffering=1)
     _STATE["tree"] = os.environ.get("TREEROLL_SCORING_TREE", "").rstrip("/")
-    for finder in list(sys.meta_path):  # the launcher's guard, back before pytest's hook
-        if getattr(finder, "treeroll_scoring_guard", False):
-            sys.meta_path.remove(finder)
-            sys.meta_path.insert(0, finder)
+    for module in ("pytest", *{watched.partition(":")[0] for watched in _WATCHED}):
+        with contextlib.suppress(Exception):  # a module this pytest lacks is not watched
+            importlib.import_module(module)
     _STATE["watched"] = {spec: _fingerprint(_resolve(spec)) for spec in _WATCHED
                          if _resolve(spec) is not None}
     pytest_module = sys.modules.get("pytest")
@@ -120,13 +129,18 @@ def _check(manager: Any = None) -> str:
 
 
 def pytest_plugin_registered(plugin: Any, manager: Any) -> None:
-    """At this plugin's first registration (before any conftest or project module): open the
-    channel, note the tripwire's baseline, and register the recorder with this plugin
-    manager alone. A session the tested code starts in the same process (``pytest.main``,
-    ``pytester.inline_run``) may register this module again, but has no recorder: it writes
-    nothing, so it can neither forge records nor end the channel early."""
-    if _STATE["channel"] is None and "TREEROLL_SCORING_FDS" in os.environ:
-        _open()
+    """At this plugin's first registration (before any conftest): open the channel if the
+    launcher did not, and register the recorder with this plugin manager alone. A session
+    the tested code starts in the same process (``pytest.main``, ``pytester.inline_run``)
+    may register this module again, but has no recorder: it writes nothing, so it can
+    neither forge records nor end the channel early."""
+    if _STATE.get("manager") is None and (_STATE["channel"] is not None
+                                           or "TREEROLL_SCORING_FDS" in os.environ):
+        open_channel()  # where the launcher did not: a command line not naming pytest
+        for finder in list(sys.meta_path):  # the launcher's guard, back before pytest's hook
+            if getattr(finder, "treeroll_scoring_guard", False):
+                sys.meta_path.remove(finder)
+                sys.meta_path.insert(0, finder)
         _STATE["manager"] = manager
         plugins = [name for name in os.environ.get("PYTEST_PLUGINS", "").split(",")
                    if name.strip() and name.strip() != __name__]

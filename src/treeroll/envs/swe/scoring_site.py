@@ -17,7 +17,10 @@ as before, the tree first; a name nothing else provides is found in the tree as 
 Package metadata (``.dist-info``, ``.egg-info``) inside the tree is not seen unless the
 pristine tree has it, so a ``[pytest11]`` entry point the agent declares loads nothing.
 
-In a pytest process it adds the ``pytest11`` plugins of the start-up path to
+In a pytest process it has the plugin take its token, open its channel and note the
+tripwire's baseline at once, before pytest imports a plugin a ``-p`` option names (from the
+tree, where the task's command or its pristine ``addopts`` names one of the tree's modules),
+and adds the ``pytest11`` plugins of the start-up path to
 ``PYTEST_PLUGINS`` (autoloading is off during scoring: ``PYTEST_DISABLE_PLUGIN_AUTOLOAD``).
 Then it runs the interpreter's own ``sitecustomize``, if any.
 
@@ -139,6 +142,9 @@ def _install() -> None:
             spec.loader.exec_module(module)
     argv = getattr(sys, "orig_argv", sys.argv)
     if any(os.path.basename(arg) in ("pytest", "py.test") for arg in argv):
+        opener = getattr(sys.modules.get(_PLUGIN), "open_channel", None)
+        if callable(opener):  # before pytest reads its arguments and imports `-p` plugins
+            opener()
         listed = [p for p in os.environ.get("PYTEST_PLUGINS", "").split(",") if p]
         os.environ["PYTEST_PLUGINS"] = ",".join(
             listed + [p for p in _site_plugins() if p not in listed])
