@@ -72,15 +72,9 @@ def watch(proc: subprocess.Popen[bytes], workspace: WatchedTree, limits: Sandbox
         with contextlib.suppress(OSError):
             proc.stdin.close()
     assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    keep = limits.capture_bytes // 2
-    head = bytearray()
-    tail = bytearray()
-    total = 0
-    timed_out = False
-    quota = ""
-    deadline = start + timeout
-    next_quota = start + 0.2
+    fd, output = proc.stdout.fileno(), _Output(limits.capture_bytes // 2)
+    timed_out, quota = False, ""
+    deadline, next_quota = start + timeout, start + 0.2
     while True:
         now = time.perf_counter()
         if now >= deadline:
@@ -97,34 +91,56 @@ def watch(proc: subprocess.Popen[bytes], workspace: WatchedTree, limits: Sandbox
         chunk = os.read(fd, 65536)
         if not chunk:
             break
-        total += len(chunk)
-        if len(head) < keep:
-            take = keep - len(head)
-            head += chunk[:take]
-            chunk = chunk[take:]
-        if chunk:
-            tail += chunk
-            if len(tail) > keep:
-                del tail[: len(tail) - keep]
-    if timed_out or quota:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    try:
-        returncode = proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        returncode = proc.wait()
+        output.add(chunk)
+    returncode = _ended(proc, kill=timed_out or bool(quota))
     proc.stdout.close()
     quota = quota or workspace.over_quota()
     if quota:
         workspace.undo(before, since_ns)
-    elided = max(0, total - len(head) - len(tail))
-    text = head.decode("utf-8", errors="replace")
-    if tail:
-        if elided:
-            text += f"\n[... {elided} bytes of output elided ...]\n"
-        text += tail.decode("utf-8", errors="replace")
-    return CommandResult(output=text, returncode=returncode, timed_out=timed_out,
-                         quota_exceeded=bool(quota), quota=quota, elided_bytes=elided,
+    return CommandResult(output=output.text(), returncode=returncode, timed_out=timed_out,
+                         quota_exceeded=bool(quota), quota=quota, elided_bytes=output.elided,
                          seconds=time.perf_counter() - start)
+
+
+class _Output:
+    """A command's output as its first and last ``keep`` bytes, with how many were elided."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep, self.head, self.tail, self.total = keep, bytearray(), bytearray(), 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        if len(self.head) < self.keep:
+            take = self.keep - len(self.head)
+            self.head += chunk[:take]
+            chunk = chunk[take:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > self.keep:
+                del self.tail[: len(self.tail) - self.keep]
+
+    @property
+    def elided(self) -> int:
+        return max(0, self.total - len(self.head) - len(self.tail))
+
+    def text(self) -> str:
+        text = self.head.decode("utf-8", errors="replace")
+        if self.tail:
+            if self.elided:
+                text += f"\n[... {self.elided} bytes of output elided ...]\n"
+            text += self.tail.decode("utf-8", errors="replace")
+        return text
+
+
+def _ended(proc: subprocess.Popen[bytes], *, kill: bool) -> int:
+    """``proc``'s exit code, its process group killed first when ``kill`` (and killed after
+    10 s more of waiting in any case)."""
+    if kill:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        return proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        return proc.wait()

@@ -106,9 +106,10 @@ def channel_statuses(text: str, token: str) -> tuple[dict[str, str], bool]:
 
 
 def _combine(phases: dict[str, list[tuple[str, str]]], broken: list[str]) -> dict[str, str]:
-    statuses = {}
+    statuses, failed = {}, set(broken)
     for nodeid, records in phases.items():
-        if any(nodeid.startswith(b + "::") or nodeid == b for b in broken):
+        parts = nodeid.split("::")  # the node and its collectors: linear, not nodes x broken
+        if any("::".join(parts[:n]) in failed for n in range(1, len(parts) + 1)):
             statuses[nodeid] = "ERROR"
         elif any(outcome == "failed" for _, outcome in records):
             statuses[nodeid] = "FAILED" if ("call", "failed") in records else "ERROR"

@@ -85,7 +85,7 @@ from treeroll.envs.swe.jail import (
     mount_points,
 )
 from treeroll.envs.swe.sandbox_limits import SandboxLimits, apply_rlimits
-from treeroll.envs.swe.seccomp import syscall_filter
+from treeroll.envs.swe.seccomp import no_new_privs, syscall_filter
 from treeroll.envs.swe.workspace import Workspace
 
 __all__ = ["CommandResult", "Sandbox", "SandboxLimits", "Workspace", "default_root",
@@ -333,6 +333,8 @@ class Sandbox:
             apply_rlimits(limits)
             if syscalls is not None and libc is not None:
                 syscalls.load(libc)
+            elif libc is not None:  # no filter here: still nothing gains privileges
+                no_new_privs(libc)
 
         return setup
 

@@ -25,7 +25,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 
-__all__ = ["DENIED", "SyscallFilter", "syscall_filter"]
+__all__ = ["DENIED", "SyscallFilter", "no_new_privs", "syscall_filter"]
 
 DENIED = ("add_key", "request_key", "keyctl", "bpf", "perf_event_open", "userfaultfd",
           "io_uring_setup", "io_uring_enter", "io_uring_register", "kexec_load",
@@ -61,11 +61,18 @@ class SyscallFilter:
         """Set ``no_new_privs`` and load the filter into this process (and everything it
         starts). Runs in the command's child between fork and exec; raises ``OSError``
         when the kernel refuses."""
-        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+        no_new_privs(libc)
         if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(self._fprog),
                       0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
+
+
+def no_new_privs(libc: ctypes.CDLL) -> None:
+    """Set ``no_new_privs`` in this process: nothing it executes gains privileges (set-user-ID
+    programs, file capabilities). Set with the filter, and alone where there is no filter;
+    raises ``OSError`` when the kernel refuses."""
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
 def _compile() -> bytes | None:
