@@ -127,7 +127,7 @@ def test_rollout_swe_with_patr_and_show(tmp_path) -> None:
     said_mode = f"the SWE sandbox runs in {probe.mode} mode"
     probe.close()
     said_rollout = " ".join((ran.stdout + ran.stderr).split())
-    assert said_mode in said_rollout and "scripted SWE agent acts" in said_rollout
+    assert said_mode in said_rollout and "swe_scripted backend acts" in said_rollout
     data = json.loads(out.read_text())
     assert data["meta"]["strategy"] == "patr"
     nodes = data["nodes"]
@@ -138,7 +138,7 @@ def test_rollout_swe_with_patr_and_show(tmp_path) -> None:
     refused = _treeroll("rollout", "--env", "swe", "--policy", folder, "--out",
                         str(tmp_path / "x.json"), check=False)
     said = " ".join((refused.stdout + refused.stderr).split())
-    assert refused.returncode == 2 and "scripted SWE agent" in said
+    assert refused.returncode == 2 and "swe_scripted backend there" in said
 
     _treeroll("show", str(out), "--out", str(tmp_path / "pics"))
     page = (tmp_path / "pics" / "swe.html").read_text()

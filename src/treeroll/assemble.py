@@ -33,7 +33,7 @@ from treeroll.base import (
 )
 from treeroll.credit import make_estimator
 from treeroll.engine import make_allocator
-from treeroll.envs import ENV_SCORERS, make_env_factory
+from treeroll.envs import env_spec, make_env_factory
 from treeroll.scorers import SCORERS, make_scorer
 from treeroll.strategies import make_strategy
 
@@ -43,7 +43,7 @@ __all__ = ["Parts", "assemble", "scorer_name_for"]
 def scorer_name_for(scorer_name: str | None, strategy: Strategy, env_name: str) -> str | None:
     """The process scorer a run builds: ``scorer_name`` when set; else, for a strategy that
     steers by scores (a :class:`~treeroll.base.ScoringStrategy` whose ``use_scores`` is on:
-    PATR), the environment's own from :data:`~treeroll.envs.ENV_SCORERS`, with a warning saying
+    PATR), the environment's own (its :class:`~treeroll.envs.EnvSpec`'s), with a warning saying
     so; else ``None``.
 
     A scoring strategy on an environment without a scorer of its own is an error naming
@@ -51,7 +51,8 @@ def scorer_name_for(scorer_name: str | None, strategy: Strategy, env_name: str) 
     if scorer_name or not (isinstance(strategy, ScoringStrategy) and strategy.use_scores):
         return scorer_name or None
     name = repr(plugin_name(strategy))
-    default = ENV_SCORERS.get(env_name)
+    spec = env_spec(env_name)
+    default = spec.scorer if spec is not None else None
     if default is None:
         raise ValueError(f"strategy {name} steers by process scores, but no scorer "
                          f"is set and environment {env_name!r} has none of its own; pass "

@@ -334,12 +334,11 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
     Nothing is imported or built; ``package.module:object`` names are checked when made."""
     sections = {f.name for f in dataclasses.fields(config)}
     found = _registered_names(config, sections)
-    if "env" in sections and not config.env.name.startswith("gym:"):
-        low, high = config.env.frozenlake.size_min, config.env.frozenlake.size_max
-        if low is not None and high is not None and low > high:
-            found.append(("--env.frozenlake.size-min", f"is {low}, above "
-                          f"--env.frozenlake.size-max {high}"))
-        found += _swe_problems(config.env)
+    if "env" in sections:
+        from treeroll.checks import option_name
+        from treeroll.envs import env_problems
+
+        found += [(option_name(where), message) for where, message in env_problems(config.env)]
     if "wandb" in sections and config.wandb.project is not None:
         import importlib.util
 
@@ -383,24 +382,20 @@ def _registered_names(config: Any, sections: set[str]) -> list[tuple[str, str]]:
     from treeroll.checks import option_name
     from treeroll.credit import ADVANTAGES
     from treeroll.engine import ALLOCATORS, make_allocator
-    from treeroll.envs import ENVS
     from treeroll.scorers import SCORERS
     from treeroll.strategies import STRATEGIES
 
     registries: dict[str, Registry[Any]] = {
         "strategy": STRATEGIES, "advantage": ADVANTAGES, "allocator": ALLOCATORS,
-        "scorer": SCORERS, "backend": BACKENDS, "env": ENVS}
+        "scorer": SCORERS, "backend": BACKENDS}  # env: env_problems (name families)
     found: list[tuple[str, str]] = []
     for section, registry in registries.items():
         if section not in sections:
             continue
         value, valid = getattr(config, section).name, registry.names()
-        if section == "env" and value.startswith("gym:"):
-            continue
         if value is not None and ":" not in value and value not in valid:
-            extra = ", 'gym:<env id>'" if section == "env" else ""
             found.append((option_name(f"{section}.name"), f"is {value!r}; valid: "
-                          f"{', '.join(valid)}{extra} or 'package.module:object' for your own"))
+                          f"{', '.join(valid)} or 'package.module:object' for your own"))
     if {"allocator", "rollout"} <= sections and config.allocator.name in ALLOCATORS:
         try:
             make_allocator(config.allocator, config.rollout)
@@ -445,25 +440,6 @@ def _optim_problems(config: Any) -> list[tuple[str, str]]:
                               f"{getattr(loss, key)}, which only {other} reads (the objective "
                               f"is {loss.objective}: --optim.loss.objective)"))
     return found
-
-
-def _swe_problems(env: EnvConfig) -> list[tuple[str, str]]:
-    """``--env.swe.instances`` / ``--env.swe.repos``: only for ``swe``, and the instances
-    load."""
-    swe = env.swe
-    if swe.instances is None:
-        return [("--env.swe.repos", f"is {swe.repos!r}, but --env.swe.instances is not set")] \
-            if swe.repos is not None else []
-    if env.name != "swe":
-        return [("--env.swe.instances", f"is {swe.instances!r}; it is for --env.name swe, "
-                 f"not {env.name!r}")]
-    from treeroll.envs.swe import SWEInstanceError, load_swebench_jsonl
-
-    try:
-        load_swebench_jsonl(swe.instances, swe.repos)
-    except (SWEInstanceError, FileNotFoundError) as err:
-        return [("--env.swe.instances", str(err))]
-    return []
 
 
 def _init_problems(init: str | None) -> list[tuple[str, str]]:

@@ -43,6 +43,9 @@ class BackendPlugin:
     in_process: bool = False
     """Whether it decodes with the trainer's own model object in this process (a lagged
     behaviour policy, ``optim.behaviour_lag``, needs a second such copy)."""
+    tokenizer: Callable[[], Any] | None = None
+    """For a backend that acts without a policy (a scripted agent: built with ``policy``
+    None), the tokenizer its prompts are encoded with; None for one that runs a policy."""
 
 
 BACKENDS: Registry[BackendPlugin] = Registry("backend")
@@ -50,9 +53,10 @@ BACKENDS: Registry[BackendPlugin] = Registry("backend")
 
 
 def register_backend(name: str, builder: BackendBuilder, *, streams: bool,
-                     config: type | None = None, in_process: bool = False) -> BackendBuilder:
+                     config: type | None = None, in_process: bool = False,
+                     tokenizer: Callable[[], Any] | None = None) -> BackendBuilder:
     """Register ``builder`` as backend ``name`` (see :class:`BackendPlugin`)."""
-    BACKENDS.register(name, BackendPlugin(builder, streams, config, in_process))
+    BACKENDS.register(name, BackendPlugin(builder, streams, config, in_process, tokenizer))
     return builder
 
 
@@ -121,6 +125,20 @@ def _sglang_backend(config: Any, policy: Any) -> GenerationBackend:
     return SGLangBackend(config.sglang.url, model=policy.model)
 
 
+def _swe_scripted_backend(config: Any, policy: Any) -> GenerationBackend:
+    from treeroll.envs.swe import ScriptedSWEAgent, builtin_tasks
+
+    return ScriptedSWEAgent(builtin_tasks())
+
+
+def _byte_tokenizer() -> Any:
+    from treeroll.formatting import ByteTokenizer
+
+    return ByteTokenizer()
+
+
+register_backend("swe_scripted", _swe_scripted_backend, streams=False,
+                 tokenizer=_byte_tokenizer)  # the SWE env's actor (no policy): its EnvSpec
 register_backend("llamacpp", _llamacpp_backend, streams=False, config=LlamaCppBackendConfig)
 register_backend("vllm", _vllm_backend, streams=False, config=VLLMBackendConfig)
 register_backend("sglang", _sglang_backend, streams=False, config=SGLangBackendConfig)

@@ -31,6 +31,7 @@ from treeroll.config import (
     load_config,
     merged_config,
 )
+from treeroll.envs import env_spec
 
 __all__ = ["main"]
 
@@ -373,8 +374,9 @@ def cmd_rollout(args: list[str]) -> int:
         raise FileExistsError(f"--out {out} exists (a tree of an earlier rollout); pass another "
                               "--out, or --force to replace it and the pictures beside it")
     _check_writable(out, "--out")
-    if config.env.name == "swe" and run is None:  # the environment names its sandbox mode
-        console.print("--env swe: the scripted SWE agent acts (no policy)")
+    spec = env_spec(config.env.name)
+    if spec is not None and spec.actor is not None and run is None:
+        console.print(f"--env {config.env.name}: the {spec.actor} backend acts (no policy)")
     tree = build_one_tree(config, task_seed=command.task,
                           run_dir=Path(command.run) if command.run else None)
     for stale in renders if command.force else []:

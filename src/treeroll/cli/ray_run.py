@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from treeroll.config import TrainConfig
+from treeroll.envs import env_spec
 
 __all__ = ["RayRolloutCommand", "main", "run_ray_rollout"]
 
@@ -53,9 +54,13 @@ def run_ray_rollout(command: RayRolloutCommand, console: Any) -> int:
             ("--cpus-per-worker", command.cpus_per_worker)) if value <= 0]
     if bad:
         raise ValueError("; ".join(bad))
-    if command.train.env.name == "swe":
-        raise ValueError("--train.env.name swe: ray-rollout runs model policies; the scripted "
-                         "SWE agent runs in one process (`treeroll rollout --env swe`)")
+    name = command.train.env.name
+    spec = env_spec(name)
+    if spec is not None and spec.actor is not None:
+        raise ValueError(f"--train.env.name {name}: ray-rollout grows trees with the shipped "
+                         f"starting policy, which does not read {name}'s tasks; its "
+                         f"{spec.actor} backend runs in one process (`treeroll rollout --env "
+                         f"{name}`)")
     import functools
 
     import ray

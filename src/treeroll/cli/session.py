@@ -13,15 +13,15 @@ from rich.markup import escape
 from rich.tree import Tree as RichTree
 
 from treeroll.assemble import assemble, scorer_name_for
-from treeroll.backends import make_backend
+from treeroll.backends import BACKENDS, make_backend
 from treeroll.base import Env, GenerationBackend
 from treeroll.config import TrainConfig, load_config
 from treeroll.engine.batch import rollout
-from treeroll.envs import make_env_factory
+from treeroll.envs import env_spec, make_env_factory
 from treeroll.formatting import TurnFormat
 from treeroll.policies import Policy, build_policy, check_context_length
 from treeroll.policies.lora import LoraSettings
-from treeroll.strategies import PATR, make_strategy
+from treeroll.strategies import make_strategy
 from treeroll.training.evaluation import task_pools
 from treeroll.training.runfolder import read_checkpoint
 from treeroll.tree import Node, RolloutTree
@@ -33,25 +33,23 @@ __all__ = ["apply_shortcuts", "build_one_tree", "describe_tree", "is_sft_run",
 def apply_shortcuts(config: TrainConfig, *, env: str | None, strategy: str | None,
                     scorer: str | None) -> TrainConfig:
     """``--env/--strategy/--scorer`` of ``treeroll rollout``, with the defaults each implies:
-    PATR scores with the environment's own scorer (``treeroll.assemble.scorer_name_for``); the SWE
-    env's scripted agent writes long commands (4096-token turns) and PATR scores every
-    K = 13 turns there, as in the paper."""
+    PATR scores with the environment's own scorer (``treeroll.assemble.scorer_name_for``), and
+    the environment's own run defaults apply (:attr:`~treeroll.envs.EnvSpec.run_defaults`: the
+    SWE env's scripted agent writes long commands, 4096-token turns, and PATR scores every
+    K = 13 turns there, as in the paper)."""
     config = replace(config)
     if env is not None:
         config.env = replace(config.env, name=env)
     if strategy is not None:
         config.strategy = replace(config.strategy, name=strategy)
-    swe = config.env.name == "swe"
     if scorer is not None:
         config.scorer = replace(config.scorer, name=scorer)
     else:
         config.scorer = replace(config.scorer, name=scorer_name_for(
             config.scorer.name, make_strategy(config.strategy), config.env.name))
-    if swe and config.rollout.max_turn_tokens < 4096:
-        config.rollout = replace(config.rollout, max_turn_tokens=4096)
-    if swe and config.strategy.patr.k_turns == PATR.k_turns:
-        patr = replace(config.strategy.patr, k_turns=13)
-        config.strategy = replace(config.strategy, **{"patr": patr})  # a registered block
+    spec = env_spec(config.env.name)
+    if spec is not None and spec.run_defaults is not None:
+        config = spec.run_defaults(config)
     return config
 
 
@@ -130,17 +128,18 @@ def _policy_for(config: TrainConfig, run_dir: Path | None
     if run_dir is not None:  # the run's policy, in the environment ``config`` asks for
         _, backend, turn_format, _ = load_run_policy(run_dir)
         return backend, turn_format, make_env
-    if config.env.name == "swe":
-        from treeroll.envs.swe import ScriptedSWEAgent, builtin_tasks
-        from treeroll.formatting import ByteTokenizer
-
+    spec = env_spec(config.env.name)
+    if spec is not None and spec.actor is not None:
+        name = config.env.name
         if config.policy.init != TrainConfig().policy.init:
-            raise ValueError(f"--policy {config.policy.init!r} is not used with --env swe: "
-                             "rollout runs the scripted SWE agent there (no shipped policy "
-                             "reads SWE tasks); leave --policy out, or roll out a run that "
-                             "was trained on SWE tasks with --run")
-
-        return ScriptedSWEAgent(builtin_tasks()), TurnFormat(ByteTokenizer()), make_env
+            raise ValueError(f"--policy {config.policy.init!r} is not used with --env {name}: "
+                             f"rollout runs its {spec.actor} backend there (no shipped policy "
+                             f"reads its tasks); leave --policy out, or roll out a run that "
+                             f"was trained on its tasks with --run")
+        actor = BACKENDS.get(spec.actor)
+        assert actor.tokenizer is not None, f"backend {spec.actor} acts without a policy"
+        backend = actor.build(replace(config.backend, name=spec.actor), None)
+        return backend, TurnFormat(actor.tokenizer()), make_env
     policy = starting_policy(config)
     return make_backend(config.backend, policy), policy.turn_format(), make_env
 

@@ -26,9 +26,9 @@ from treeroll.registry import Registry, build_user_plugin, parse_options, plugin
 __all__ = [
     "ENVS",
     "ENV_BLOCKS",
-    "ENV_SCORERS",
     "EnvCheckError",
     "EnvConfig",
+    "EnvSpec",
     "FrozenLakeConfig",
     "FrozenLakeEnv",
     "FrozenLakeSettings",
@@ -36,9 +36,13 @@ __all__ = [
     "SWESettings",
     "check_env",
     "distance_to_goal",
+    "env_names",
+    "env_problems",
+    "env_spec",
     "frozenlake_corpus",
     "make_env_factory",
     "make_frozenlake",
+    "register_env",
     "start_distance",
 ]
 
@@ -59,6 +63,13 @@ class FrozenLakeSettings:
     rLLM 0, RAGEN 0.1). Success is unchanged; only the reward RL ranks trajectories by sees
     it."""
 
+    def problems(self) -> list[tuple[str, str]]:
+        """``(setting, message)`` of settings that do not fit together."""
+        low, high = self.size_min, self.size_max
+        if low is not None and high is not None and low > high:
+            return [("size_min", f"is {low}, above --env.frozenlake.size-max {high}")]
+        return []
+
 
 @dataclass
 class SWESettings:
@@ -70,6 +81,19 @@ class SWESettings:
     repos: str | None = None
     """The folder holding the instances' git checkouts (``owner__name``, ``name`` or
     ``owner/name``, or the checkout itself); an instance's own ``repo_path`` wins."""
+
+    def problems(self) -> list[tuple[str, str]]:
+        """``(setting, message)``: ``repos`` needs ``instances``, and the instances load."""
+        if self.instances is None:
+            return [("repos", f"is {self.repos!r}, but --env.swe.instances is not set")] \
+                if self.repos is not None else []
+        from treeroll.envs.swe import SWEInstanceError, load_swebench_jsonl
+
+        try:
+            load_swebench_jsonl(self.instances, self.repos)
+        except (SWEInstanceError, FileNotFoundError) as err:
+            return [("instances", str(err))]
+        return []
 
 
 ENV_BLOCKS: dict[str, type] = {"frozenlake": FrozenLakeSettings, "swe": SWESettings}
@@ -107,7 +131,42 @@ else:
 
 
 EnvFactoryBuilder = Callable[[Any], Callable[[], Env]]
-ENVS: Registry[EnvFactoryBuilder] = Registry("environment")
+"""``(env_config) -> constructor``: checks the settings (a bad one fails before any work) and
+returns a zero-argument environment constructor."""
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """One environment's registration record (Gymnasium's ``EnvSpec``, for treeroll's forking
+    text environments): how it is built, which settings block it reads, and what the rest of
+    treeroll needs to know about it, so no code outside this package names an environment."""
+
+    build: EnvFactoryBuilder
+    """Builds the environment constructor from the ``env`` section."""
+    block: str | None = None
+    """The family settings block it reads, ``env.<block>`` (its dataclass in
+    :data:`ENV_BLOCKS`): both FrozenLake conventions read ``frozenlake``."""
+    scorer: str | None = None
+    """Its own process scorer, used when a scoring strategy (PATR) names none."""
+    actor: str | None = None
+    """A backend that acts in it without a policy (a scripted agent), for environments the
+    shipped policies cannot read: ``treeroll rollout`` without ``--run`` uses it, and
+    ``ray-rollout`` (which grows trees with the shipped start) refuses the environment."""
+    run_defaults: Callable[[Any], Any] | None = None
+    """The settings a run on it needs, applied by ``treeroll rollout`` (a training config in,
+    one out): SWE's longer turns and PATR's K = 13 turns, as in the paper."""
+    shown_as: str = ""
+    """How ``--help`` and errors show a name family (``gym:<env id>``); empty for one name."""
+
+
+ENVS: Registry[EnvSpec] = Registry("environment")
+"""Environment name -> :class:`EnvSpec`. A name ending in ``:`` is a prefix: ``gym:`` serves
+every ``gym:<env id>``."""
+
+
+def register_env(name: str, build: EnvFactoryBuilder, **spec: Any) -> EnvSpec:
+    """Register environment ``name`` (the fields of :class:`EnvSpec` as keywords)."""
+    return ENVS.register(name, EnvSpec(build, **spec))
 
 
 def _frozenlake(convention: str) -> EnvFactoryBuilder:
@@ -122,8 +181,10 @@ def _frozenlake(convention: str) -> EnvFactoryBuilder:
     return build
 
 
-ENVS.register("frozenlake_rllm", _frozenlake("rllm"))
-ENVS.register("frozenlake_ragen", _frozenlake("ragen"))
+register_env("frozenlake_rllm", _frozenlake("rllm"), block="frozenlake",
+             scorer="frozenlake_progress")
+register_env("frozenlake_ragen", _frozenlake("ragen"), block="frozenlake",
+             scorer="frozenlake_progress")
 
 
 def _swe(env_config: Any) -> Callable[[], Env]:
@@ -144,20 +205,55 @@ def _swe(env_config: Any) -> Callable[[], Env]:
     return lambda: make_swe_env("mini", tasks, **settings)
 
 
-ENVS.register("swe", _swe)
+def _swe_run_defaults(config: Any) -> Any:
+    """A turn is a whole tool call (up to 4,096 tokens); PATR looks K = 13 turns ahead on SWE
+    tasks, as in the paper (unless set)."""
+    rollout, patr = config.rollout, config.strategy.patr
+    if rollout.max_turn_tokens < 4096:
+        config.rollout = dataclasses.replace(rollout, max_turn_tokens=4096)
+    if patr.k_turns == type(patr)().k_turns:
+        config.strategy = dataclasses.replace(
+            config.strategy, patr=dataclasses.replace(patr, k_turns=13))
+    return config
+
+
+register_env("swe", _swe, block="swe", scorer="swe", actor="swe_scripted",
+             run_defaults=_swe_run_defaults)
+
+
+def _gym(env_config: Any) -> Callable[[], Env]:
+    env_id = env_config.name.removeprefix("gym:")
+    return lambda: GymTextEnv(env_id)
+
+
+register_env("gym:", _gym, shown_as="gym:<env id>")
+
+
+def env_spec(name: str) -> EnvSpec | None:
+    """The registration record of environment ``name`` (a prefix's for ``gym:<env id>``), or
+    None for a user's ``package.module:factory`` (imported here); an unknown name, or a
+    prefix without its id, raises listing the valid ones."""
+    for prefix in ENVS:
+        if prefix.endswith(":") and name.startswith(prefix):
+            if name == prefix:
+                raise ValueError(f"environment {name!r} needs an id after it: "
+                                 f"{ENVS.get(prefix).shown_as}")
+            return ENVS.get(prefix)
+    found = ENVS.get(name)  # raises with the valid names unless an import path
+    return found if isinstance(found, EnvSpec) else None
+
+
+def env_names() -> list[str]:
+    """The registered environments as ``--help`` and errors show them."""
+    return [ENVS.get(name).shown_as or name for name in ENVS]
 
 
 def make_env_factory(env_config: Any) -> Callable[[], Env]:
     """A zero-argument environment constructor for ``env_config.name``."""
-    name: str = env_config.name
-    if name.startswith("gym:"):
-        from treeroll.envs.gym_text import GymTextEnv
-
-        env_id = name[4:]
-        return lambda: GymTextEnv(env_id)
-    if name in ENVS:
-        return ENVS.get(name)(env_config)
-    factory: Any = ENVS.get(name)  # raises with the valid names unless an import path
+    spec = env_spec(env_config.name)
+    if spec is not None:
+        return spec.build(env_config)
+    factory: Any = ENVS.get(env_config.name)  # a user's package.module:factory
     if not env_config.options:
         return factory
     options = parse_options(env_config.options)  # read once, not at every environment made
@@ -165,6 +261,31 @@ def make_env_factory(env_config: Any) -> Callable[[], Env]:
     return functools.partial(build_user_plugin, factory, options, "env", parsed=True)
 
 
-ENV_SCORERS: dict[str, str] = {"frozenlake_rllm": "frozenlake_progress",
-                               "frozenlake_ragen": "frozenlake_progress", "swe": "swe"}
-"""Environment name -> its own process scorer, used when a scoring strategy names none."""
+def env_problems(env_config: Any) -> list[tuple[str, str]]:
+    """Problems of the ``env`` section's name and family blocks, as ``(dotted setting,
+    message)``: an unknown name; the environment's own block's checks (its ``problems()``);
+    a setting of another family's block (it would be ignored). Nothing is built."""
+    name = env_config.name
+    spec = None
+    if ":" not in name or any(name.startswith(p) for p in ENVS if p.endswith(":")):
+        try:
+            spec = env_spec(name)
+        except ValueError as err:
+            return [("env.name", f"is {name!r}: {err}" if name in ENVS else
+                     f"is {name!r}; valid: {', '.join(env_names())} or "
+                     "'package.module:object' for your own")]
+    own = spec.block if spec is not None else None
+    found: list[tuple[str, str]] = []
+    for block, settings_type in ENV_BLOCKS.items():
+        settings = getattr(env_config, block)
+        if block == own:
+            found += [(f"env.{block}.{key}", message)
+                      for key, message in settings.problems()]
+            continue
+        for item in dataclasses.fields(settings_type):
+            value = getattr(settings, item.name)
+            if value != getattr(settings_type(), item.name):
+                users = [n for n in ENVS if ENVS.get(n).block == block]
+                found.append((f"env.{block}.{item.name}", f"is {value!r}; it is for "
+                              f"--env.name {' or '.join(users)}, not {name!r}"))
+    return found
