@@ -9,28 +9,16 @@ interpreter that finds the package then takes the strategy by name, its settings
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
-PLUGINS = Path(__file__).resolve().parent / "plugins"
+from tests.plugins.installed import install, run_python
 
 
 def _install(site: Path) -> None:
-    """A minimal installed distribution declaring the entry point (what pip would write)."""
-    info = site / "first_fork-0.1.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: first-fork\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(
-        "[treeroll.strategies]\nfirst_fork = first_fork:FirstFork\n")
+    install(site, "first_fork", "[treeroll.strategies]\nfirst_fork = first_fork:FirstFork\n")
 
 
-def _python(site: Path, code: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(PLUGINS)])}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
-                          capture_output=True, text=True, timeout=600)
+_python = run_python
 
 
 def test_a_strategy_in_one_file_and_one_entry_point_is_configured_and_grows_trees(tmp_path):

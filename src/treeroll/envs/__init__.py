@@ -96,40 +96,6 @@ class SWESettings:
         return []
 
 
-ENV_BLOCKS: dict[str, type] = {"frozenlake": FrozenLakeSettings, "swe": SWESettings}
-"""Each environment family's settings block, ``env.<family>.*``."""
-
-
-@dataclass
-class EnvSection:
-    """Which environment the tasks come from."""
-
-    name: str = "frozenlake_rllm"
-    """``frozenlake_rllm`` (PATR's benchmark), ``frozenlake_ragen``, ``swe``, ``gym:<env id>``,
-    or ``package.module:factory`` (a callable returning an Env, called with ``options``)."""
-    options: dict[str, str] = field(default_factory=dict)
-    """A user's own environment factory (``package.module:object``): its config block, ``KEY
-    VALUE`` pairs on the command line or a mapping in YAML, each value read as YAML; a
-    dataclass gets them as its fields, a builder as keywords. For ``swe``: ``SWEEnvConfig``
-    and ``SandboxLimits`` fields (``tools "[/opt/conda]"``, ``memory_mb 2048``, ``isolation
-    copy``)."""
-    max_turns: int | None = checked(None, ge=1)
-    """Cap on turns per episode (None = the environment's)."""
-    train_tasks: int = checked(10_000, ge=1)
-    """Task seeds in the training pool (rLLM: 10,000)."""
-    task_seed: int = checked(0, ge=0)
-    """Seed of the generator that draws the training pool's task seeds."""
-
-    if TYPE_CHECKING:  # the environments' blocks, added by plugin_section
-        def __getattr__(self, name: str) -> Any: ...
-
-
-if TYPE_CHECKING:
-    EnvConfig = EnvSection
-else:
-    EnvConfig = plugin_section(EnvSection, ENV_BLOCKS, "EnvConfig")
-
-
 EnvFactoryBuilder = Callable[[Any], Callable[[], Env]]
 """``(env_config) -> constructor``: checks the settings (a bad one fails before any work) and
 returns a zero-argument environment constructor."""
@@ -144,8 +110,11 @@ class EnvSpec:
     build: EnvFactoryBuilder
     """Builds the environment constructor from the ``env`` section."""
     block: str | None = None
-    """The family settings block it reads, ``env.<block>`` (its dataclass in
-    :data:`ENV_BLOCKS`): both FrozenLake conventions read ``frozenlake``."""
+    """The family settings block it reads, ``env.<block>``: both FrozenLake conventions read
+    ``frozenlake``."""
+    settings: type | None = None
+    """That block's dataclass (its fields are ``env.<block>.*``; a ``problems()`` method, if
+    it has one, checks them together before any work)."""
     scorer: str | None = None
     """Its own process scorer, used when a scoring strategy (PATR) names none."""
     actor: str | None = None
@@ -182,9 +151,9 @@ def _frozenlake(convention: str) -> EnvFactoryBuilder:
 
 
 register_env("frozenlake_rllm", _frozenlake("rllm"), block="frozenlake",
-             scorer="frozenlake_progress")
+             settings=FrozenLakeSettings, scorer="frozenlake_progress")
 register_env("frozenlake_ragen", _frozenlake("ragen"), block="frozenlake",
-             scorer="frozenlake_progress")
+             settings=FrozenLakeSettings, scorer="frozenlake_progress")
 
 
 def _swe(env_config: Any) -> Callable[[], Env]:
@@ -217,8 +186,8 @@ def _swe_run_defaults(config: Any) -> Any:
     return config
 
 
-register_env("swe", _swe, block="swe", scorer="swe", actor="swe_scripted",
-             run_defaults=_swe_run_defaults)
+register_env("swe", _swe, block="swe", settings=SWESettings, scorer="swe",
+             actor="swe_scripted", run_defaults=_swe_run_defaults)
 
 
 def _gym(env_config: Any) -> Callable[[], Env]:
@@ -227,6 +196,63 @@ def _gym(env_config: Any) -> Callable[[], Env]:
 
 
 register_env("gym:", _gym, shown_as="gym:<env id>")
+
+
+def _usable(obj: Any) -> str | None:
+    """Why an entry point's object cannot be an environment (None when it can)."""
+    if not isinstance(obj, EnvSpec):
+        return "a registered environment is a treeroll.envs.EnvSpec"
+    if (obj.block is None) != (obj.settings is None):
+        return "an EnvSpec names its settings block and its dataclass together"
+    return None
+
+
+ENVS.load_entry_points("treeroll.envs", _usable)  # installed packages' own
+
+
+def _blocks() -> dict[str, type]:
+    blocks: dict[str, type] = {}
+    for name in ENVS:
+        spec = ENVS.get(name)
+        if spec.block is not None and spec.settings is not None and \
+                blocks.setdefault(spec.block, spec.settings) is not spec.settings:
+            raise ValueError(f"environment {name!r}: block {spec.block!r} is another "
+                             "environment's, with other settings")
+    return blocks
+
+
+ENV_BLOCKS: dict[str, type] = _blocks()
+"""Each environment family's settings block, ``env.<family>.*`` (from the records)."""
+
+
+@dataclass
+class EnvSection:
+    """Which environment the tasks come from."""
+
+    name: str = "frozenlake_rllm"
+    """``frozenlake_rllm`` (PATR's benchmark), ``frozenlake_ragen``, ``swe``, ``gym:<env id>``,
+    or ``package.module:factory`` (a callable returning an Env, called with ``options``)."""
+    options: dict[str, str] = field(default_factory=dict)
+    """A user's own environment factory (``package.module:object``): its config block, ``KEY
+    VALUE`` pairs on the command line or a mapping in YAML, each value read as YAML; a
+    dataclass gets them as its fields, a builder as keywords. For ``swe``: ``SWEEnvConfig``
+    and ``SandboxLimits`` fields (``tools "[/opt/conda]"``, ``memory_mb 2048``, ``isolation
+    copy``)."""
+    max_turns: int | None = checked(None, ge=1)
+    """Cap on turns per episode (None = the environment's)."""
+    train_tasks: int = checked(10_000, ge=1)
+    """Task seeds in the training pool (rLLM: 10,000)."""
+    task_seed: int = checked(0, ge=0)
+    """Seed of the generator that draws the training pool's task seeds."""
+
+    if TYPE_CHECKING:  # the environments' blocks, added by plugin_section
+        def __getattr__(self, name: str) -> Any: ...
+
+
+if TYPE_CHECKING:
+    EnvConfig = EnvSection
+else:
+    EnvConfig = plugin_section(EnvSection, ENV_BLOCKS, "EnvConfig")
 
 
 def env_spec(name: str) -> EnvSpec | None:
