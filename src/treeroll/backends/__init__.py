@@ -4,7 +4,8 @@
 (:mod:`treeroll.backends.llamacpp`), ``vllm`` and ``sglang``; :data:`BACKENDS` maps each name to
 its builder and settings (:mod:`treeroll.backends.configs`), :func:`make_backend` builds one.
 Every backend a run uses is built here, so ``backend.<name>.*`` always applies. Adding one: a
-builder ``(backend_config, policy) -> GenerationBackend`` and one ``register_backend`` line.
+builder ``(backend_config, policy) -> GenerationBackend`` and one ``register_backend`` line (or
+a :class:`BackendPlugin` under the ``treeroll.backends`` entry point of a package of your own).
 """
 
 from __future__ import annotations
@@ -142,6 +143,14 @@ register_backend("swe_scripted", _swe_scripted_backend, streams=False,
 register_backend("llamacpp", _llamacpp_backend, streams=False, config=LlamaCppBackendConfig)
 register_backend("vllm", _vllm_backend, streams=False, config=VLLMBackendConfig)
 register_backend("sglang", _sglang_backend, streams=False, config=SGLangBackendConfig)
+
+
+def _usable(obj: Any) -> str | None:
+    return None if isinstance(obj, BackendPlugin) else \
+        "a registered backend is a treeroll.backends.BackendPlugin"
+
+
+BACKENDS.load_entry_points("treeroll.backends", _usable)  # installed packages' own
 
 
 @dataclass

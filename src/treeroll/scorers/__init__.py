@@ -18,9 +18,11 @@ The SWE environment's own scorer is :mod:`treeroll.envs.swe.scorer`. Scoring cos
 engine wraps the scorer in :class:`treeroll.engine.batch.TimedScorer` (wall time, calls,
 nodes); the judge also counts the tokens it made its backend compute.
 
-:data:`SCORERS` maps a name to a builder taking the :class:`ScorerConfig` and the run objects a
-scorer may need (``backend=``, ``turn_format=``, ``seed=``); :func:`make_scorer` builds one.
-Adding one: a class implementing the protocol, a builder, and one ``SCORERS.register`` line.
+:data:`SCORERS` maps a name to a :class:`ScorerSpec`: a builder taking the
+:class:`ScorerConfig` and the run objects a scorer may need (``backend=``, ``turn_format=``,
+``seed=``), and its settings dataclass; :func:`make_scorer` builds one. Adding one: a class
+implementing the protocol, a builder, and one ``register_scorer`` line (or a ``ScorerSpec``
+under the ``treeroll.scorers`` entry point of a package of your own).
 """
 
 from __future__ import annotations
@@ -50,10 +52,12 @@ __all__ = [
     "JudgeScorer",
     "JudgeSettings",
     "ScorerConfig",
+    "ScorerSpec",
     "ValueScorer",
     "blend",
     "make_scorer",
     "parse_rating",
+    "register_scorer",
     "trajectory_features",
 ]
 
@@ -79,52 +83,27 @@ class JudgeSettings:
     to :func:`make_scorer` by the caller."""
 
 
-SCORER_BLOCKS: dict[str, type] = {"blend": BlendSettings, "judge": JudgeSettings}
-"""The built-in scorers that have settings: ``scorer.<name>.*``."""
-
-
-@dataclass
-class ScorerSection:
-    """The process scorer PATR uses (ignored by strategies that do not score)."""
-
-    name: str | None = None
-    """e.g. ``frozenlake_progress``, ``degeneracy``, ``blend``; None = no scorer."""
-    options: dict[str, str] = field(default_factory=dict)
-    """A user's own scorer (``package.module:object``): its config block, ``KEY VALUE``
-    pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
-    them as its fields, a builder as keywords."""
-
-    if TYPE_CHECKING:  # the scorers' blocks, added by plugin_section
-        def __getattr__(self, name: str) -> Any: ...
-
-
-if TYPE_CHECKING:
-    ScorerConfig = ScorerSection
-else:
-    ScorerConfig = plugin_section(ScorerSection, SCORER_BLOCKS, "ScorerConfig")
-
-
 # --------------------------------------------------------------------------------------------
 # Builders (registered below) and make_scorer
 # --------------------------------------------------------------------------------------------
 
 
-def build_frozenlake_progress(config: ScorerConfig, **context: Any) -> ProcessScorer:
+def build_frozenlake_progress(config: Any, **context: Any) -> ProcessScorer:
     """``frozenlake_progress`` with its defaults."""
     return FrozenLakeProgress()
 
 
-def build_degeneracy(config: ScorerConfig, **context: Any) -> ProcessScorer:
+def build_degeneracy(config: Any, **context: Any) -> ProcessScorer:
     """``degeneracy`` with its defaults."""
     return Degeneracy()
 
 
-def build_value(config: ScorerConfig, **context: Any) -> ProcessScorer:
+def build_value(config: Any, **context: Any) -> ProcessScorer:
     """``value``: an untrained value scorer (the trainer feeds it with ``observe``)."""
     return ValueScorer(seed=int(context.get("seed", 0)))
 
 
-def build_judge(config: ScorerConfig, *, backend: GenerationBackend | None = None,
+def build_judge(config: Any, *, backend: GenerationBackend | None = None,
                 turn_format: TurnFormat | None = None, **context: Any) -> ProcessScorer:
     """``judge`` on ``backend`` / ``turn_format`` if given, else on the local model at
     ``config.judge.model_path``."""
@@ -145,7 +124,7 @@ def build_judge(config: ScorerConfig, *, backend: GenerationBackend | None = Non
     return JudgeScorer(backend, turn_format)
 
 
-def build_blend(config: ScorerConfig, **context: Any) -> ProcessScorer:
+def build_blend(config: Any, **context: Any) -> ProcessScorer:
     """``blend`` of ``scorer.blend.a`` and ``scorer.blend.b`` with weight
     ``scorer.blend.weight``."""
     settings = config.blend
@@ -169,26 +148,79 @@ def make_scorer(config: ScorerConfig, **context: Any) -> ProcessScorer:
     if not config.name:
         raise ValueError("scorer.name is not set; valid: " + ", ".join(SCORERS.names()))
     if config.name in SCORERS:
-        return SCORERS.get(config.name)(config, **context)
+        return SCORERS.get(config.name).build(config, **context)
     obj: Any = SCORERS.get(config.name)  # an import path, or raises listing the valid names
     made: ProcessScorer = build_user_plugin(obj, config.options, "scorer")
     return made
 
 
-SCORERS: Registry[Callable[..., ProcessScorer]] = Registry("process scorer")
-"""Scorer name -> builder ``(ScorerConfig, **context) -> ProcessScorer``."""
-SCORERS.register("frozenlake_progress", build_frozenlake_progress)
-SCORERS.register("degeneracy", build_degeneracy)
-SCORERS.register("value", build_value)
-SCORERS.register("judge", build_judge)
-SCORERS.register("blend", build_blend)
+ScorerBuilder = Callable[..., ProcessScorer]
+"""``(scorer_config, **context) -> ProcessScorer``; ``context`` holds run objects a scorer may
+need (``backend=``, ``turn_format=``, ``seed=``)."""
 
 
-def _swe_scorer(config: ScorerConfig, **context: Any) -> ProcessScorer:
+@dataclass(frozen=True)
+class ScorerSpec:
+    """One process scorer's registration record: its builder and its settings block's
+    dataclass (``scorer.<name>.*``; None when it has no settings)."""
+
+    build: ScorerBuilder
+    settings: type | None = None
+
+
+SCORERS: Registry[ScorerSpec] = Registry("process scorer")
+"""Scorer name -> :class:`ScorerSpec`."""
+
+
+def register_scorer(name: str, build: ScorerBuilder, *, settings: type | None = None
+                    ) -> ScorerSpec:
+    """Register scorer ``name`` (see :class:`ScorerSpec`)."""
+    return SCORERS.register(name, ScorerSpec(build, settings))
+
+
+def _swe_scorer(config: Any, **context: Any) -> ProcessScorer:
     """``swe``: the SWE environment's scorer (tests run, edits compile)."""
     from treeroll.envs.swe import SWEProcessScorer
 
     return SWEProcessScorer()
 
 
-SCORERS.register("swe", _swe_scorer)
+register_scorer("frozenlake_progress", build_frozenlake_progress)
+register_scorer("degeneracy", build_degeneracy)
+register_scorer("value", build_value)
+register_scorer("judge", build_judge, settings=JudgeSettings)
+register_scorer("blend", build_blend, settings=BlendSettings)
+register_scorer("swe", _swe_scorer)
+
+
+def _usable(obj: Any) -> str | None:
+    return None if isinstance(obj, ScorerSpec) else \
+        "a registered scorer is a treeroll.scorers.ScorerSpec"
+
+
+SCORERS.load_entry_points("treeroll.scorers", _usable)  # installed packages' own
+
+SCORER_BLOCKS: dict[str, type] = {
+    name: spec.settings for name in SCORERS if (spec := SCORERS.get(name)).settings is not None}
+"""The scorers that have settings: ``scorer.<name>.*`` (from the records)."""
+
+
+@dataclass
+class ScorerSection:
+    """The process scorer PATR uses (ignored by strategies that do not score)."""
+
+    name: str | None = None
+    """e.g. ``frozenlake_progress``, ``degeneracy``, ``blend``; None = no scorer."""
+    options: dict[str, str] = field(default_factory=dict)
+    """A user's own scorer (``package.module:object``): its config block, ``KEY VALUE``
+    pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
+    them as its fields, a builder as keywords."""
+
+    if TYPE_CHECKING:  # the scorers' blocks, added by plugin_section
+        def __getattr__(self, name: str) -> Any: ...
+
+
+if TYPE_CHECKING:
+    ScorerConfig = ScorerSection
+else:
+    ScorerConfig = plugin_section(ScorerSection, SCORER_BLOCKS, "ScorerConfig")
