@@ -35,7 +35,8 @@ import torch
 from treeroll.backends.hf import HFBackend
 from treeroll.config import load_config
 from treeroll.envs import make_env_factory
-from treeroll.envs.frozenlake import HOLE, start_distance
+from treeroll.envs.frozenlake import start_distance
+from treeroll.envs.frozenlake_maps import HOLE
 from treeroll.policies import load_policy
 from treeroll.training.evaluation import evaluate, task_pools
 from treeroll.tree import leaves, path_to

@@ -34,7 +34,8 @@ import numpy as np
 import torch
 
 from treeroll.adapters.groups import EarlyForks, LeafGroup, TreeGroups
-from treeroll.config import EnvConfig, EvalConfig, TrainConfig
+from treeroll.config import EvalConfig, TrainConfig
+from treeroll.envs import EnvConfig
 from treeroll.policies import load_policy
 from treeroll.strategies import Chain
 from treeroll.training.evaluation import task_pools

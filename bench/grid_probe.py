@@ -26,7 +26,8 @@ import time
 import numpy as np
 import torch
 
-from treeroll.envs.frozenlake import ACTION_NAMES, FrozenLakeEnv, make_frozenlake
+from treeroll.envs.frozenlake import FrozenLakeEnv, make_frozenlake
+from treeroll.envs.frozenlake_maps import ACTION_NAMES
 from treeroll.formatting import TurnFormat
 from treeroll.policies.model import ModelConfig, build_model, build_word_tokenizer
 

@@ -32,11 +32,11 @@ import torch
 
 from treeroll.backends.hf import HFBackend
 from treeroll.cli.session import starting_policy
-from treeroll.config import StrategyConfig, load_config
+from treeroll.config import load_config
 from treeroll.credit import ADVANTAGES
 from treeroll.engine.batch import rollout
 from treeroll.envs import make_env_factory
-from treeroll.strategies import Chain, make_strategy
+from treeroll.strategies import Chain, StrategyConfig, make_strategy
 from treeroll.training.evaluation import task_pools
 from treeroll.training.packed import unique_tokens
 from treeroll.training.trainer import _train_items, _update

@@ -37,13 +37,13 @@ import numpy as np
 import torch
 
 from treeroll.backends.hf import HFBackend
-from treeroll.config import PolicyConfig, ScorerConfig
+from treeroll.config import PolicyConfig
 from treeroll.engine.batch import RolloutBatch, RolloutConfig, rollout
 from treeroll.envs.frozenlake import make_frozenlake
 from treeroll.formatting import TurnFormat
 from treeroll.policies import Policy, load_policy
 from treeroll.policies.model import ModelConfig, build_model, build_word_tokenizer
-from treeroll.scorers import make_scorer
+from treeroll.scorers import ScorerConfig, make_scorer
 from treeroll.strategies import PATR, Chain, RandomTree
 from treeroll.training.sft_run import format_warm_start
 from treeroll.tree import leaves, token_counts

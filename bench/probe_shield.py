@@ -31,7 +31,8 @@ import torch
 from treeroll.backends.hf import HFBackend
 from treeroll.config import load_config
 from treeroll.envs import make_env_factory
-from treeroll.envs.frozenlake import ACTION_NAMES, HOLE, FrozenLakeEnv, StepResult
+from treeroll.envs.frozenlake import FrozenLakeEnv, StepResult
+from treeroll.envs.frozenlake_maps import ACTION_NAMES, HOLE
 from treeroll.policies import load_policy
 from treeroll.training.evaluation import evaluate, task_pools
 

@@ -54,8 +54,8 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from treeroll.adapters.groups import EarlyForks
 from treeroll.adapters.trl import TreeRolloutFunc, env_reward, task_dataset
-from treeroll.config import EnvConfig, EvalConfig, TrainConfig
-from treeroll.envs import make_frozenlake
+from treeroll.config import EvalConfig, TrainConfig
+from treeroll.envs import EnvConfig, make_frozenlake
 from treeroll.policies import load_policy
 from treeroll.strategies import Chain, TreeGRPO
 from treeroll.training.evaluation import task_pools

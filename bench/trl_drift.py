@@ -32,7 +32,8 @@ import numpy as np
 import torch
 
 from treeroll.adapters.groups import EarlyForks
-from treeroll.config import EnvConfig, EvalConfig
+from treeroll.config import EvalConfig
+from treeroll.envs import EnvConfig
 from treeroll.training.evaluation import task_pools
 from trl_adapter import run_tree
 

@@ -95,8 +95,8 @@ def test_constant_group_has_zero_advantage_and_registry() -> None:
 def test_configured_estimator_gets_its_hyper_parameters(tmp_path) -> None:
     """make_estimator binds advantage.std/singleton/eps; an option the estimator does not
     take is an error naming it, not silently ignored; YAML reaches the same fields."""
-    from treeroll.config import AdvantageConfig, load_config
-    from treeroll.credit import make_estimator
+    from treeroll.config import load_config
+    from treeroll.credit import AdvantageConfig, make_estimator
 
     tree = _tree([[1.0, 0.0], [1.0], [1.0, 1.0, 0.0]])
     bound = make_estimator(AdvantageConfig(name="tree", std="sample", singleton="verl", eps=0.1))

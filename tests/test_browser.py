@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from treeroll.tree import load_tree
+from treeroll.tree_json import load_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts" / "browser"

@@ -15,7 +15,7 @@ from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.policies import load_policy
 from treeroll.strategies import TreeGRPO
-from treeroll.tree import tree_to_dict
+from treeroll.tree_json import tree_to_dict
 
 CONFIG = RolloutConfig(synchronous=False, max_turn_tokens=12)
 TASKS = [101, 202, 303, 404, 505]
@@ -100,7 +100,7 @@ def test_the_ray_rollout_command_saves_the_one_process_trees(cluster, policy, tm
     from treeroll.cli.commands import main as treeroll_main
     from treeroll.config import TrainConfig
     from treeroll.training.evaluation import task_pools
-    from treeroll.tree import load_tree
+    from treeroll.tree_json import load_tree
 
     out = tmp_path / "trees"
     code = treeroll_main(["ray-rollout", "--workers", "2", "--tasks", "3", "--out", str(out),

@@ -21,7 +21,8 @@ from treeroll.envs.swe import ScriptedSWEAgent, builtin_tasks, make_swe_env
 from treeroll.formatting import ByteTokenizer, TurnFormat
 from treeroll.scorers import FrozenLakeProgress
 from treeroll.strategies import PATR, Chain, RandomTree, TreeGRPO
-from treeroll.tree import NodeStatus, leaves, subtree_index, tree_to_dict
+from treeroll.tree import NodeStatus, leaves, subtree_index
+from treeroll.tree_json import tree_to_dict
 
 from ._lockstep import rollout_lockstep
 from .conftest import ScriptedBackend

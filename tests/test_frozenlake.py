@@ -17,7 +17,8 @@ from treeroll.envs import (
     make_frozenlake,
     start_distance,
 )
-from treeroll.envs.frozenlake import ACTION_NAMES, WORD_PATTERN, shortest_path_length
+from treeroll.envs.frozenlake import WORD_PATTERN
+from treeroll.envs.frozenlake_maps import ACTION_NAMES, shortest_path_length
 
 RAGEN_FORMAT = ("Always output: <think> [Your thoughts] </think> <answer> [your answer] </answer> "
                 "with no extra text. Strictly follow this format. Max response length: 100 words.")

@@ -194,3 +194,13 @@ def test_plugins_are_not_probed_for_protocol_members_by_name():
     members = _protocol_members()
     assert {"observe", "vocabulary_texts", "example_reply", "turn_limit", "name"} <= members
     assert attribute_probes(members) == []
+
+
+MAX_LINES = 500
+"""A module that grows past this is a sign to split it (STYLE.md; issue #51's limit)."""
+
+
+def test_no_module_of_the_package_is_over_the_line_limit():
+    long = {str(path.relative_to(SRC)): n for path in sorted(SRC.rglob("*.py"))
+            if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines (split them): {long}"

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from treeroll.base import BatchAdvantageEstimator
-from treeroll.config import AdvantageConfig, TrainConfig
-from treeroll.credit import ADVANTAGES, make_estimator
+from treeroll.config import TrainConfig
+from treeroll.credit import ADVANTAGES, AdvantageConfig, make_estimator
 from treeroll.credit.estimators import token_credit
 from treeroll.policies.model import ModelConfig, build_model
 from treeroll.training.loss import LossConfig, TrainItem, expanded_backward

@@ -22,12 +22,11 @@ from treeroll.tree import (
     context_ids,
     export_trajectories,
     leaves,
-    load_tree,
     path_to,
-    save_tree,
     subtree_index,
     token_counts,
 )
+from treeroll.tree_json import load_tree, save_tree
 
 from .conftest import ScriptedBackend
 

@@ -13,8 +13,7 @@ import pytest
 import torch
 
 from treeroll.base import BatchAdvantageEstimator
-from treeroll.config import AdvantageConfig
-from treeroll.credit import make_estimator
+from treeroll.credit import AdvantageConfig, make_estimator
 from treeroll.credit.estimators import BatchBaseline
 from treeroll.training.behaviour import StaleBehaviour
 from treeroll.tree import NodeStatus, RolloutTree

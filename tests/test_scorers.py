@@ -9,13 +9,8 @@ import numpy as np
 import pytest
 
 from treeroll.base import Completion, GenerationRequest, ProcessScorer, SamplingParams, Score
-from treeroll.config import ScorerConfig
-from treeroll.envs.frozenlake import (
-    ACTION_NAMES,
-    FrozenLakeEnv,
-    make_frozenlake,
-    shortest_path_length,
-)
+from treeroll.envs.frozenlake import FrozenLakeEnv, make_frozenlake
+from treeroll.envs.frozenlake_maps import ACTION_NAMES, shortest_path_length
 from treeroll.formatting import ByteTokenizer, TurnFormat
 from treeroll.scorers import (
     Blend,
@@ -23,6 +18,7 @@ from treeroll.scorers import (
     Degeneracy,
     FrozenLakeProgress,
     JudgeScorer,
+    ScorerConfig,
     ValueScorer,
     blend,
     make_scorer,

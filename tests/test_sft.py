@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from treeroll.config import EnvConfig, EvalConfig, PolicyConfig
-from treeroll.envs import FrozenLakeSettings, make_frozenlake
+from treeroll.config import EvalConfig, PolicyConfig
+from treeroll.envs import EnvConfig, FrozenLakeSettings, make_frozenlake
 from treeroll.formatting import TurnFormat
 from treeroll.policies.model import ModelConfig
 from treeroll.training.evaluation import task_pools

@@ -262,8 +262,8 @@ def test_a_hack_that_fooled_plain_pytest_earns_nothing(instance, sandbox, hack):
 def test_the_cli_options_load_instances_for_swe_and_refuse_misuse(instance, tmp_path):
     from dataclasses import replace
 
-    from treeroll.config import EnvConfig, TrainConfig, check_config
-    from treeroll.envs import SWESettings, make_env_factory
+    from treeroll.config import TrainConfig, check_config
+    from treeroll.envs import EnvConfig, SWESettings, make_env_factory
 
     root, jsonl, row, _ = instance
     env_config = EnvConfig(name="swe", swe=SWESettings(instances=str(jsonl), repos=str(root)))
@@ -291,8 +291,7 @@ def test_the_cli_options_load_instances_for_swe_and_refuse_misuse(instance, tmp_
 
 
 def test_env_options_set_the_swe_sandbox_and_a_bad_one_is_refused(tmp_path):
-    from treeroll.config import EnvConfig
-    from treeroll.envs import make_env_factory
+    from treeroll.envs import EnvConfig, make_env_factory
 
     env = make_env_factory(EnvConfig(name="swe", options={"memory_mb": "2048",
                                                           "tools": f"[{tmp_path}]"}))()

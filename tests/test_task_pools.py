@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from treeroll.checks import ConfigError, validate
-from treeroll.config import HELD_OUT_RESERVED, EnvConfig, EvalConfig
+from treeroll.config import HELD_OUT_RESERVED, EvalConfig
+from treeroll.envs import EnvConfig
 from treeroll.training.evaluation import task_pools
 
 

@@ -10,11 +10,11 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from treeroll.backends import make_backend
+from treeroll.backends import BackendConfig, make_backend
 from treeroll.checks import ConfigError, checked
 from treeroll.cli.commands import _parse
-from treeroll.config import AdvantageConfig, BackendConfig, TrainConfig, load_config
-from treeroll.credit import make_estimator
+from treeroll.config import TrainConfig, load_config
+from treeroll.credit import AdvantageConfig, make_estimator
 from treeroll.envs import make_env_factory, make_frozenlake
 from treeroll.strategies import Chain, make_strategy
 from treeroll.tree import RolloutTree, leaves

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from treeroll.tree import NodeStatus, RolloutTree, load_tree, save_tree
+from treeroll.tree import NodeStatus, RolloutTree
+from treeroll.tree_json import load_tree, save_tree
 from treeroll.viz import (
     metrics_figure,
     plot_compare,

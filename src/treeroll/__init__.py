@@ -16,8 +16,8 @@ __version__ = "0.1.0"
 _HOMES: dict[str, tuple[str, ...]] = {
     "treeroll.engine.batch": ("RolloutBatch", "RolloutConfig", "rollout"),
     "treeroll.tree": ("Node", "NodeStatus", "RolloutTree", "TokenCounts", "Trajectory",
-                      "export_trajectories", "leaves", "load_tree", "path_to", "save_tree",
-                      "token_counts"),
+                      "export_trajectories", "leaves", "path_to", "token_counts"),
+    "treeroll.tree_json": ("load_tree", "save_tree"),
     "treeroll.base": ("Completion", "Env", "GenerationBackend", "GenerationRequest",
                       "SamplingParams", "Strategy", "StrategyContext", "tree_state"),
     "treeroll.strategies": ("ARPO", "IGRPO", "PATR", "RTPO", "STRATEGIES", "Chain", "RandomTree",

@@ -16,13 +16,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from treeroll.backends import (
-    BackendConfig,
-    HFBackendConfig,
-    LlamaCppBackendConfig,
-    SGLangBackendConfig,
-    VLLMBackendConfig,
-)
+from treeroll.backends import BackendConfig
 from treeroll.checks import checked
 from treeroll.credit import AdvantageConfig
 from treeroll.credit.objectives import POLICY_LOSSES, LossConfig
@@ -37,18 +31,10 @@ from treeroll.strategies import StrategyConfig
 
 __all__ = [
     "HELD_OUT_RESERVED",
-    "AdvantageConfig",
-    "EnvConfig",
     "EvalConfig",
-    "HFBackendConfig",
-    "LlamaCppBackendConfig",
     "OptimConfig",
     "PolicyConfig",
-    "SGLangBackendConfig",
-    "ScorerConfig",
-    "StrategyConfig",
     "TrainConfig",
-    "VLLMBackendConfig",
     "WandbConfig",
     "as_current",
     "check_config",

@@ -33,7 +33,7 @@ import numpy as np
 
 from treeroll.base import Env, Strategy
 from treeroll.engine.batch import RolloutBatch, RolloutConfig, rollout
-from treeroll.tree import tree_from_dict, tree_to_dict
+from treeroll.tree_json import tree_from_dict, tree_to_dict
 
 __all__ = ["RayRollout", "RolloutWorker", "same_trees", "shares"]
 

@@ -10,15 +10,14 @@ Token-in/token-out: the ids stored here are exactly the ids the backend sampled 
 :func:`context_ids` rebuilds a node's model context by concatenation, never by decoding and
 re-encoding text.
 
-Algorithms over trees (export, accounting, JSON) are functions in this module, not methods.
+Algorithms over trees (export, accounting) are functions in this module, not methods; the
+tree's JSON file is :mod:`treeroll.tree_json`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from treeroll.environment import Env
@@ -33,12 +32,8 @@ __all__ = [
     "export_trajectories",
     "leaves",
     "leaves_below",
-    "load_tree",
     "path_to",
-    "save_tree",
     "token_counts",
-    "tree_from_dict",
-    "tree_to_dict",
 ]
 
 
@@ -414,84 +409,6 @@ def token_counts(tree: RolloutTree) -> TokenCounts:
         counts.chain_prefill += fed
         counts.chain_unique += generated + fed
     return counts
-
-
-# --------------------------------------------------------------------------------------------
-# JSON
-# --------------------------------------------------------------------------------------------
-
-_NODE_FIELDS = ("id", "depth", "action_ids", "action_logprobs", "action_text", "observation_ids",
-                "observation_text", "reward", "terminated", "truncated", "status", "note",
-                "score", "score_reason", "finish_reason", "entropy", "tree_index")
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if hasattr(value, "item"):
-        return value.item()
-    return str(value)
-
-
-def tree_to_dict(tree: RolloutTree) -> dict[str, Any]:
-    """A JSON-ready dict of the tree (environment snapshots are not saved)."""
-    nodes = []
-    for n in tree.nodes:
-        d = {k: getattr(n, k) for k in _NODE_FIELDS}
-        d["parent"] = None if n.parent is None else n.parent.id
-        d["info"] = _jsonable(n.info)
-        nodes.append(d)
-    return {
-        "format": "treeroll.tree/1",
-        "task_seed": tree.task_seed,
-        "tree_id": tree.tree_id,
-        "group_id": tree.group_id,
-        "meta": _jsonable(tree.meta),
-        "counts": token_counts(tree).as_dict(),
-        "nodes": nodes,
-    }
-
-
-def tree_from_dict(data: dict[str, Any]) -> RolloutTree:
-    """Inverse of :func:`tree_to_dict`."""
-    if data.get("format") != "treeroll.tree/1":
-        raise ValueError("not a treeroll tree file (missing format 'treeroll.tree/1'); "
-                         "write one with `treeroll rollout --out FILE`")
-    nodes: list[Node] = []
-    for d in data["nodes"]:
-        parent = None if d["parent"] is None else nodes[d["parent"]]
-        node = Node(parent=parent, info=d.get("info", {}),
-                    **{k: d[k] for k in _NODE_FIELDS if k in d})
-        if parent is not None:
-            parent.children.append(node)
-        nodes.append(node)
-    return RolloutTree(task_seed=data["task_seed"], tree_id=data["tree_id"],
-                       group_id=data["group_id"], root=nodes[0], nodes=nodes,
-                       meta=data.get("meta", {}))
-
-
-def save_tree(tree: RolloutTree, path: str | Path) -> None:
-    """Write the tree as JSON (atomically: a crash never leaves half a file)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(tree_to_dict(tree)))
-    tmp.replace(path)
-
-
-def load_tree(path: str | Path) -> RolloutTree:
-    """Read a tree written by :func:`save_tree`."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no tree file at {path}") from None
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON ({err}); is it a treeroll tree file?") from None
-    return tree_from_dict(data)
 
 
 def subtree_index(tree: RolloutTree, node: Node) -> int:

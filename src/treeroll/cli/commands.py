@@ -356,7 +356,7 @@ def cmd_rollout(args: list[str]) -> int:
     description = RolloutCommand.__doc__ or ""
     command = _parse(RolloutCommand, args, description, command="rollout")
     from treeroll.cli.session import apply_shortcuts, build_one_tree, describe_tree, load_run_config
-    from treeroll.tree import save_tree
+    from treeroll.tree_json import save_tree
 
     named = _run_folder(command.train.policy.init)  # --policy RUN: the run, as with --run
     run = command.run if command.run is not None else (str(named) if named else None)

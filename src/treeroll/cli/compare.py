@@ -398,7 +398,7 @@ def _mean_curve(runs: list[dict[str, Any]]) -> list[tuple[float, float, float, f
 
 def _example_tree(report: Path, strategy: str, seed: int) -> None:
     """The last saved tree of the strategy's first seed, copied and drawn beside the report."""
-    from treeroll.tree import load_tree
+    from treeroll.tree_json import load_tree
     from treeroll.viz import render_tree_html, render_tree_png
 
     trees = sorted((report / "runs" / f"{strategy}_seed{seed}" / "trees").glob("*.json"))

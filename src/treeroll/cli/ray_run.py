@@ -71,7 +71,8 @@ def run_ray_rollout(command: RayRolloutCommand, console: Any) -> int:
     from treeroll.envs import make_env_factory
     from treeroll.strategies import make_strategy
     from treeroll.training.evaluation import task_pools
-    from treeroll.tree import leaves, save_tree
+    from treeroll.tree import leaves
+    from treeroll.tree_json import save_tree
 
     config = command.train
     rollout_config = dataclasses.replace(config.rollout, synchronous=command.synchronous)

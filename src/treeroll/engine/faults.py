@@ -7,11 +7,13 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from treeroll.base import Env, ProcessScorer, Score, StepResult
 from treeroll.tree import Node, NodeStatus, RolloutTree
 
-__all__ = ["ENV_ERROR", "ContainedScorer", "describe", "fail", "safe_step", "timed_step"]
+__all__ = ["ENV_ERROR", "ContainedScorer", "contained", "describe", "fail", "safe_step",
+           "timed_step"]
 
 ENV_ERROR = "treeroll_env_error"
 """``info`` key of a step whose environment raised (the engine's own, never an env's)."""
@@ -64,3 +66,16 @@ def fail(node: Node, note: str) -> None:
     if not node.children:
         node.status = NodeStatus.FAILED
     node.env = None
+
+
+def contained(tree: RolloutTree, scorer: Any, broken: set[int], entries: Sequence[Node]
+              ) -> list[Node]:
+    """Apply a :class:`ContainedScorer`'s failures to their nodes of ``tree`` (noting them in
+    ``broken``), and drop the ``entries`` that continue a failed or broken node: such a node
+    is never continued."""
+    if isinstance(scorer, ContainedScorer) and scorer.failed:
+        for node in tree.nodes:
+            if id(node) in scorer.failed:
+                fail(node, scorer.failed.pop(id(node)))
+                broken.add(node.id)
+    return [e for e in entries if e.status != NodeStatus.FAILED and e.id not in broken]

@@ -7,54 +7,15 @@ A *branch* is one frontier entry on its way to becoming a child node: it waits f
     ready branches -> one backend call -> environment steps (inline or on a thread pool)
     -> finished steps become nodes -> the strategy sees each finished *unit* -> new branches
 
-A branch's next request is issued in the first backend call after its own observation is
-ready, whatever the other trees are doing. What a strategy sees as one ``step`` is a *unit*:
-by default the whole tree (its frontier comes back together), or, for a
-:class:`~treeroll.base.UnitStrategy`, a part of it (a chain's trajectory, one of Tree-GRPO's M
-trees), so Tree-GRPO expands tree ``i`` as soon as tree ``i``'s chain has ended.
-
-``RolloutConfig.synchronous`` keeps the released code's batched rounds: every backend call
-waits for every environment step of the last one, each tree is one unit, and request seeds are
-drawn in call order; it gives the trees of the lockstep loop treeroll had before this engine,
-token for token (``tests/test_engine.py`` keeps that loop as its reference). Otherwise each
-request's seed is derived from ``(seed, tree, node, child number)`` and each tree's strategy
-seed from ``(seed, tree)``, so a tree does not depend on the order in which other trees' steps
-finish, nor on which other trees share its batch (or its worker); with ``env_workers > 0``
-and a token budget, how a tree's remaining tokens split between its units does (they are
-reserved as each unit is sent).
-
-``RolloutConfig.continuous`` (unsynchronised only) drops the last barrier, the backend call:
-with a :class:`~treeroll.base.StreamingBackend` a ready branch's request is submitted to the
-running decode batch at once, and the engine advances the backend one decode step at a time,
-starting each finished reply's environment step immediately (continuous batching, as vLLM and
-SGLang schedule). The trees are the unsynchronised engine's: request seeds come from the
-branch's path, not from its batch (within float rounding of the batch's arithmetic, and with
-node ids numbered in the order branches finish).
-
-Budget rule (stated because the papers do not): a tree never generates more than its token
-budget nor ends with more than its leaf budget (both from the :class:`~treeroll.base.Allocator`;
-the default gives every tree ``max_generated_tokens`` and ``max_leaves``). Before a frontier is
-sent, entries that would open a leaf beyond the budget are removed (new branches first,
-continuations last; branches in flight count as leaves to come), and the tokens left (minus the
-caps of branches in flight) are split evenly over the entries as their per-turn cap. When no
-token is left, every active branch stops with status ``budget``: it stays in the group as a
-truncated trajectory with the reward it earned so far. When every tree is idle the allocator
-may grant more (the tree's :class:`~treeroll.base.ExtendableStrategy` continues it). However a
-tree ended, a :class:`~treeroll.base.FinishingStrategy` then has the last word on it.
-
-Faults are contained per branch (stated because no paper covers them): an environment whose
-``step``, ``fork`` or ``reset`` raises, or a process scorer that raises or returns a wrong
-number of scores, marks the node it was working on ``failed`` with the error in ``node.note``;
-a failed node is never continued and is not a trajectory of the group
-(:data:`~treeroll.tree.NodeStatus.OUT_OF_GROUP`), and the rest of the batch goes on (the step
-record counts failed nodes under ``status``). A node whose fork failed is never asked
-again. A failed leaf still counts against the tree's leaf budget (it was opened), while a
-strategy that counts the group's leaves may open another in its place. ``KeyboardInterrupt``
-and other ``BaseException`` s are not caught.
-
-Nothing here needs one process: a branch is plain data (token ids, a node, an environment
-handle), so the thread pool can become remote environment workers without the strategies
-changing.
+What a unit is (the whole tree, or a :class:`~treeroll.base.UnitStrategy`'s part of it), what
+``RolloutConfig.synchronous`` and ``RolloutConfig.continuous`` change, and how request seeds
+are drawn in each mode: the concepts page, *The engine* (``docs/concepts.md``). The budget
+rule a tree keeps (never more tokens or leaves than its allocator grants; entries cut before a
+frontier is sent, new branches first): *Budgets and allocators* there. Faults are contained
+per branch (an environment or scorer that raises fails that node, left out of the group; the
+rest of the batch goes on; ``BaseException`` is not caught): ``docs/faults.md``. A branch is
+plain data (token ids, a node, an environment handle), so the thread pool can become remote
+environment workers without the strategies changing.
 """
 
 from __future__ import annotations
@@ -90,12 +51,19 @@ from treeroll.base import (
 )
 from treeroll.engine.allocators import UniformAllocator
 from treeroll.engine.budgets import add_budget, clip_order, token_caps
-from treeroll.engine.faults import ENV_ERROR, ContainedScorer, describe, fail, safe_step, timed_step
+from treeroll.engine.faults import (
+    ENV_ERROR,
+    ContainedScorer,
+    contained,
+    describe,
+    fail,
+    safe_step,
+    timed_step,
+)
 from treeroll.formatting import TurnFormat
 from treeroll.tree import Node, NodeStatus, RolloutTree
 
 __all__ = ["run_engine"]
-
 
 
 @dataclass(eq=False)
@@ -344,7 +312,8 @@ class _Engine:
             created_all.extend(created)
             run.ctx.unit = unit.key
             try:
-                entries = self._contain(run, self.strategy.step(run.tree, created, run.ctx))
+                made = self.strategy.step(run.tree, created, run.ctx)
+                entries = contained(run.tree, run.ctx.scorer, run.broken, made)
                 frontier.extend(entries)
                 keys.extend(self._units_of(run, entries))
             finally:
@@ -360,18 +329,6 @@ class _Engine:
                 if (node.env is not None and node.parent is not None and id(node) not in live
                         and not self.strategy.keeps_snapshot(run.tree, node, run.ctx)):
                     node.env = None
-
-    @staticmethod
-    def _contain(run: _TreeRun, entries: Sequence[Node]) -> list[Node]:
-        """Apply the scorer's failures to their nodes; drop entries that continue a failed
-        or broken node (they are never continued)."""
-        scorer = run.ctx.scorer
-        if isinstance(scorer, ContainedScorer) and scorer.failed:
-            for node in run.tree.nodes:
-                if id(node) in scorer.failed:
-                    fail(node, scorer.failed.pop(id(node)))
-                    run.broken.add(node.id)
-        return [e for e in entries if e.status != NodeStatus.FAILED and e.id not in run.broken]
 
     def _units_of(self, run: _TreeRun, frontier: list[Node]) -> list[Hashable | None]:
         """The unit of each entry (all ``None``, one unit per tree, unless the strategy has
@@ -452,7 +409,8 @@ class _Engine:
             add_budget(run.ctx, grant)
             if not isinstance(self.strategy, ExtendableStrategy):
                 continue
-            entries = self._contain(run, self.strategy.extend(run.tree, run.ctx, grant))
+            made = self.strategy.extend(run.tree, run.ctx, grant)
+            entries = contained(run.tree, run.ctx.scorer, run.broken, made)
             resumed = bool(self._send(t, entries, self._units_of(run, entries))) or resumed
         return resumed
 
@@ -497,7 +455,7 @@ def run_engine(tasks: Sequence[int] | np.ndarray, make_env: Callable[[], Env],
     for t, run in enumerate(runs):
         if run.tree.root.status == NodeStatus.FAILED:
             continue
-        entries = engine._contain(run, strategy.start(run.tree, run.ctx))
+        entries = contained(run.tree, run.ctx.scorer, run.broken, strategy.start(run.tree, run.ctx))
         engine._send(t, entries, engine._units_of(run, entries))
     engine.run()
     for run in runs:
@@ -539,4 +497,4 @@ def _close(run: _TreeRun, strategy: Strategy, engine: _Engine) -> None:
             node.note = node.note or "stopped with the rollout (budget)"
     if isinstance(strategy, FinishingStrategy):  # e.g. Tree-GRPO keeps k leaves per tree
         strategy.finish(run.tree, run.ctx)
-    engine._contain(run, [])  # scorer failures during finish (or never applied yet)
+    contained(run.tree, run.ctx.scorer, run.broken, [])  # scorer failures during finish

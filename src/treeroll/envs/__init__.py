@@ -13,13 +13,13 @@ from treeroll.base import Env
 from treeroll.checks import checked
 from treeroll.envs.check import EnvCheckError, check_env
 from treeroll.envs.frozenlake import (
-    FrozenLakeConfig,
     FrozenLakeEnv,
     distance_to_goal,
     frozenlake_corpus,
     make_frozenlake,
     start_distance,
 )
+from treeroll.envs.frozenlake_maps import FrozenLakeConfig
 from treeroll.envs.gym_text import GymTextEnv
 from treeroll.registry import Registry, build_user_plugin, parse_options, plugin_section
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from treeroll.base import Score
-from treeroll.envs.frozenlake import shortest_path_length
+from treeroll.envs.frozenlake_maps import shortest_path_length
 from treeroll.scorers.common import clamp, parse_grid, turn_flags
 from treeroll.tree import Node, RolloutTree, leaves, path_to, trajectory_reward
 

@@ -14,8 +14,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from treeroll.base import Env, GenerationBackend
-from treeroll.config import HELD_OUT_RESERVED, EnvConfig, EvalConfig
+from treeroll.config import HELD_OUT_RESERVED, EvalConfig
 from treeroll.engine.batch import RolloutConfig, rollout
+from treeroll.envs import EnvConfig
 from treeroll.formatting import TurnFormat
 from treeroll.strategies import Chain
 from treeroll.tree import RolloutTree, leaves, path_to

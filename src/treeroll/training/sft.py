@@ -27,8 +27,9 @@ import torch
 
 from treeroll.backends.weights import model_device
 from treeroll.checks import checked
-from treeroll.config import EnvConfig, EvalConfig, PolicyConfig
+from treeroll.config import EvalConfig, PolicyConfig
 from treeroll.engine.batch import RolloutConfig
+from treeroll.envs import EnvConfig
 from treeroll.heads import check_logits, head_at
 from treeroll.training.sft_data import SFTExample, batches_by_tokens
 

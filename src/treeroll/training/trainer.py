@@ -45,10 +45,10 @@ from treeroll.tree import (
     TokenCounts,
     export_trajectories,
     leaves,
-    save_tree,
     token_counts,
     trajectory_reward,
 )
+from treeroll.tree_json import save_tree
 
 __all__ = ["train"]
 

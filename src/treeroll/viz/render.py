@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from treeroll.tree import load_tree
+from treeroll.tree_json import load_tree
 from treeroll.viz.interactive import render_tree_html
 from treeroll.viz.static import render_tree_png, render_tree_svg
 

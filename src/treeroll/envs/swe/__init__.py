@@ -5,8 +5,9 @@ process scorer for PATR, and a scripted stochastic agent.
 Start with :func:`make_swe_env` and :func:`builtin_tasks`.
 """
 
+from treeroll.envs.swe.actions import parse_action
 from treeroll.envs.swe.agent import AgentSkill, ScriptedSWEAgent
-from treeroll.envs.swe.env import SUBMIT_SENTINEL, SWEEnv, SWEEnvConfig, make_swe_env, parse_action
+from treeroll.envs.swe.env import SUBMIT_SENTINEL, SWEEnv, SWEEnvConfig, make_swe_env
 from treeroll.envs.swe.sandbox import CommandResult, Sandbox, SandboxLimits, Workspace
 from treeroll.envs.swe.scorer import SWEProcessScorer, SWEScoreWeights
 from treeroll.envs.swe.swebench import SWEInstanceError, load_swebench_jsonl
