@@ -165,12 +165,14 @@ class BackendSection:
     """A user's own backend: its config block, ``KEY VALUE`` pairs on the command line or a
     mapping in YAML, each value read as YAML; given to the builder as keywords."""
 
-    if TYPE_CHECKING:  # the registered backends' blocks, added by plugin_section
-        def __getattr__(self, name: str) -> Any: ...
 
-
-if TYPE_CHECKING:
-    BackendConfig = BackendSection
+if TYPE_CHECKING:  # what plugin_section makes, as the type checker sees the built-ins
+    @dataclass
+    class BackendConfig(BackendSection):
+        hf: HFBackendConfig = field(default_factory=HFBackendConfig)
+        llamacpp: LlamaCppBackendConfig = field(default_factory=LlamaCppBackendConfig)
+        vllm: VLLMBackendConfig = field(default_factory=VLLMBackendConfig)
+        sglang: SGLangBackendConfig = field(default_factory=SGLangBackendConfig)
 else:
     BackendConfig = plugin_section(BackendSection, {
         name: plugin.config for name in BACKENDS

@@ -80,12 +80,12 @@ class AdvantageSection:
     eps: float = checked(1e-6, ge=0)
     """``grpo``, ``tree``, ``gigpo``, ``arpo_hard``, ``sao``: added to the std before dividing."""
 
-    if TYPE_CHECKING:  # the estimators' blocks, added by plugin_section
-        def __getattr__(self, name: str) -> Any: ...
 
-
-if TYPE_CHECKING:
-    AdvantageConfig = AdvantageSection
+if TYPE_CHECKING:  # what plugin_section makes, as the type checker sees the built-ins
+    @dataclass
+    class AdvantageConfig(AdvantageSection):
+        gigpo: GiGPOSettings = field(default_factory=GiGPOSettings)
+        planpo: PlanPOSettings = field(default_factory=PlanPOSettings)
 else:
     AdvantageConfig = plugin_section(AdvantageSection, ADVANTAGE_BLOCKS, "AdvantageConfig")
 

@@ -245,12 +245,12 @@ class EnvSection:
     task_seed: int = checked(0, ge=0)
     """Seed of the generator that draws the training pool's task seeds."""
 
-    if TYPE_CHECKING:  # the environments' blocks, added by plugin_section
-        def __getattr__(self, name: str) -> Any: ...
 
-
-if TYPE_CHECKING:
-    EnvConfig = EnvSection
+if TYPE_CHECKING:  # what plugin_section makes, as the type checker sees the built-ins
+    @dataclass
+    class EnvConfig(EnvSection):
+        frozenlake: FrozenLakeSettings = field(default_factory=FrozenLakeSettings)
+        swe: SWESettings = field(default_factory=SWESettings)
 else:
     EnvConfig = plugin_section(EnvSection, ENV_BLOCKS, "EnvConfig")
 

@@ -216,11 +216,11 @@ class ScorerSection:
     pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
     them as its fields, a builder as keywords."""
 
-    if TYPE_CHECKING:  # the scorers' blocks, added by plugin_section
-        def __getattr__(self, name: str) -> Any: ...
 
-
-if TYPE_CHECKING:
-    ScorerConfig = ScorerSection
+if TYPE_CHECKING:  # what plugin_section makes, as the type checker sees the built-ins
+    @dataclass
+    class ScorerConfig(ScorerSection):
+        judge: JudgeSettings = field(default_factory=JudgeSettings)
+        blend: BlendSettings = field(default_factory=BlendSettings)
 else:
     ScorerConfig = plugin_section(ScorerSection, SCORER_BLOCKS, "ScorerConfig")

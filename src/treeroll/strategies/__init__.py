@@ -76,12 +76,17 @@ class StrategySection:
     pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
     them as its fields, a builder as keywords."""
 
-    if TYPE_CHECKING:  # the registered strategies' blocks, added by plugin_section
-        def __getattr__(self, name: str) -> Any: ...
 
-
-if TYPE_CHECKING:
-    StrategyConfig = StrategySection
+if TYPE_CHECKING:  # what plugin_section makes, as the type checker sees the built-ins
+    @dataclass
+    class StrategyConfig(StrategySection):
+        chain: Chain = field(default_factory=Chain)
+        tree_grpo: TreeGRPO = field(default_factory=TreeGRPO)
+        patr: PATR = field(default_factory=PATR)
+        random_tree: RandomTree = field(default_factory=RandomTree)
+        arpo: ARPO = field(default_factory=ARPO)
+        rtpo: RTPO = field(default_factory=RTPO)
+        igrpo: IGRPO = field(default_factory=IGRPO)
 else:
     StrategyConfig = plugin_section(StrategySection, {n: STRATEGIES.get(n) for n in STRATEGIES},
                                     "StrategyConfig")
