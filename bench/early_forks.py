@@ -1,7 +1,7 @@
 """Exact-G trees for a trainer's groups: EarlyForks against G chains, on one frozen policy.
 
 The trainer adapters (TRL, verl, rLLM) hand a trainer exactly G rows per prompt.
-:class:`treeroll.adapters.groups.EarlyForks` grows a tree of exactly G leaves, splitting each
+:class:`treeroll.strategies.EarlyForks` grows a tree of exactly G leaves, splitting each
 branch in halves within its first ``within`` turns; this measures what that saves against G
 independent chains, side by side on the same tasks and the same frozen policy (the shipped
 base ``frozenlake-tiny``, FrozenLake in rLLM's convention, 64 tasks of the training pool drawn
@@ -33,11 +33,11 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from treeroll.adapters.groups import EarlyForks, LeafGroup, TreeGroups
+from treeroll.adapters.groups import LeafGroup, TreeGroups
 from treeroll.config import EvalConfig, TrainConfig
 from treeroll.envs import EnvConfig
 from treeroll.policies import load_policy
-from treeroll.strategies import Chain
+from treeroll.strategies import Chain, EarlyForks
 from treeroll.training.evaluation import task_pools
 from treeroll.tree import path_to
 

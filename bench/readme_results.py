@@ -822,7 +822,7 @@ if "early_forks" in R:
     ef = res("early_forks")
     w(f"""#### Exact-G trees for a trainer's groups (`bench/early_forks.py`, rLLM convention, the shipped base)
 
-`EarlyForks` (`treeroll.adapters.groups`) against G independent chains on the same
+`EarlyForks` (`treeroll.strategies`) against G independent chains on the same
 {ef['tasks']} training tasks and the same frozen policy, temperature 1: generated tokens per row (tree
 over chains), a row's own model tokens, the share of groups with a reward signal, and the wall
 time to grow the groups (tree over chains).

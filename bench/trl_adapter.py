@@ -12,7 +12,7 @@ optimiser settings:
   environment step;
 * ``chain``: :class:`treeroll.adapters.trl.TreeRolloutFunc` with G independent chains (whole
   multi-turn episodes, rewarded by the environment), at G = 4 and G = 8;
-* ``tree``: the same with :class:`treeroll.adapters.groups.EarlyForks` (one chain, the other
+* ``tree``: the same with :class:`treeroll.strategies.EarlyForks` (one chain, the other
   G - 1 leaves forked from it as it goes, each at a turn drawn from its first 4: exactly G
   leaves, nothing thrown away), at G = 4 and G = 8;
 * ``tree_repeat``: the same with ``EarlyForks(on_end="repeat")`` (a branch that ends before
@@ -52,12 +52,11 @@ import torch
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from treeroll.adapters.groups import EarlyForks
 from treeroll.adapters.trl import TreeRolloutFunc, env_reward, task_dataset
 from treeroll.config import EvalConfig, TrainConfig
 from treeroll.envs import EnvConfig, make_frozenlake
 from treeroll.policies import load_policy
-from treeroll.strategies import Chain, TreeGRPO
+from treeroll.strategies import Chain, EarlyForks, TreeGRPO
 from treeroll.training.evaluation import task_pools
 
 

@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from treeroll.adapters.groups import EarlyForks
 from treeroll.config import EvalConfig
 from treeroll.envs import EnvConfig
+from treeroll.strategies import EarlyForks
 from treeroll.training.evaluation import task_pools
 from trl_adapter import run_tree
 

@@ -16,10 +16,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from treeroll.adapters.groups import REPEATS, EarlyForks, TreeGroups, choose_leaves, rows_of
+from treeroll.adapters.groups import TreeGroups, choose_leaves, rows_of
 from treeroll.base import Completion, GenerationRequest, SamplingParams, StrategyContext
 from treeroll.config import TrainConfig
 from treeroll.formatting import ByteTokenizer, TurnFormat
+from treeroll.strategies import EarlyForks
+from treeroll.strategies.early_forks import REPEATS
 from treeroll.tree import NodeStatus, RolloutTree, leaves, path_to
 
 EOS = ByteTokenizer.eos_token_id
@@ -144,3 +146,22 @@ def test_a_failed_branch_is_never_repeated_and_forks_again_only_under_fork_last(
     # fork_last retries the move from the root for the 3 rows owed; repeat leaves all 4 rows
     # to the adapter's top-up (fresh chains)
     assert frontier == ([tree.root] if on_end == "fork_last" else [])
+
+
+def test_early_forks_is_a_registered_strategy_a_run_names_with_its_settings():
+    """Registered like every strategy: ``--strategy.name early_forks`` and its block
+    ``strategy.early_forks.*`` grow a tree of exactly ``group_size`` rows outside the
+    adapters too (it lived in ``adapters/groups.py``, unregistered, before)."""
+    from dataclasses import replace
+
+    from treeroll.cli.session import build_one_tree
+    from treeroll.config import TrainConfig
+    from treeroll.strategies import STRATEGIES
+
+    assert STRATEGIES.get("early_forks") is EarlyForks
+    config = TrainConfig()
+    config.strategy = replace(config.strategy, name="early_forks",
+                              early_forks=EarlyForks(group_size=6, chains=2))
+    config.rollout = replace(config.rollout, max_turn_tokens=24)
+    tree = build_one_tree(config, task_seed=3)
+    assert tree.meta["strategy"] == "early_forks" and len(rows_of(tree)) == 6

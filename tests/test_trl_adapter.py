@@ -212,7 +212,7 @@ def test_the_trl_example_script_trains_as_documented(tmp_path):
 @pytest.mark.parametrize(("group_size", "chains"), [(4, 1), (8, 1), (8, 2)])
 def test_early_forks_grow_exactly_g_leaves_sharing_early_turns_and_throw_nothing_away(
         policy, group_size, chains):
-    from treeroll.adapters.groups import EarlyForks
+    from treeroll.strategies import EarlyForks
 
     shape = EarlyForks(group_size=group_size, chains=chains, within=3)
     groups = TreeGroups(settings("chain"), policy.turn_format(), group_size=group_size,
@@ -237,7 +237,7 @@ def test_early_forks_grow_exactly_g_leaves_sharing_early_turns_and_throw_nothing
 
 
 def test_early_forks_must_match_the_group_and_be_valid(policy):
-    from treeroll.adapters.groups import EarlyForks
+    from treeroll.strategies import EarlyForks
 
     for bad in ({"group_size": 6, "chains": 4}, {"group_size": 0}, {"within": 0}):
         with pytest.raises(ValueError, match="group_size >= 1, chains >= 1 dividing it"):

@@ -31,6 +31,7 @@ from treeroll.base import (
     Strategy,
     plugin_name,
 )
+from treeroll.config import TrainConfig
 from treeroll.credit import make_estimator
 from treeroll.engine import make_allocator
 from treeroll.envs import env_spec, make_env_factory
@@ -68,7 +69,7 @@ def scorer_name_for(scorer_name: str | None, strategy: Strategy, env_name: str) 
 class Parts:
     """A run's plug-ins, built from its config by :func:`assemble`."""
 
-    config: Any
+    config: TrainConfig
     """The config they were built from."""
     make_env: Callable[[], Env]
     """A zero-argument environment constructor."""
@@ -87,12 +88,12 @@ class Parts:
         return make_allocator(self.config.allocator, self.config.rollout)
 
 
-def assemble(config: Any, *, make_env: Callable[[], Env] | None = None,
+def assemble(config: TrainConfig, *, make_env: Callable[[], Env] | None = None,
              strategy: Strategy | None = None, scorer: ProcessScorer | None = None,
              **scorer_context: Any) -> Parts:
     """Build every plug-in ``config`` names, checking each before any work (a bad allocator
     fails here too). ``make_env``, ``strategy`` and ``scorer`` replace what the config would
-    build (an adapter's own environment, :class:`~treeroll.adapters.groups.EarlyForks`);
+    build (an adapter's own environment, :class:`~treeroll.strategies.EarlyForks`);
     ``scorer_context`` reaches the scorer's builder (``backend=``, ``turn_format=``,
     ``seed=``)."""
     made_env = make_env or make_env_factory(config.env)

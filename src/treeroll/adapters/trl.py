@@ -36,10 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from treeroll.adapters.groups import EarlyForks, LeafGroup, TreeGroups
+from treeroll.adapters.groups import LeafGroup, TreeGroups
 from treeroll.base import Env, ProcessScorer
 from treeroll.config import TrainConfig
 from treeroll.formatting import TurnFormat
+from treeroll.strategies import EarlyForks
 
 __all__ = ["TreeRolloutFunc", "env_reward", "task_dataset", "tree_credit"]
 
@@ -53,7 +54,7 @@ class TreeRolloutFunc:
     naming it. ``seed`` makes the rollouts reproducible (each call's seed comes from it, the
     trainer's global step, the process and the mode: :meth:`_seed`). ``last_groups`` holds
     the last call's groups (their trees, for inspection or saving). ``early_forks``: grow
-    each tree as :class:`~treeroll.adapters.groups.EarlyForks` (exactly ``num_generations``
+    each tree as :class:`~treeroll.strategies.EarlyForks` (exactly ``num_generations``
     rows, sharing in the early turns; with ``on_end="repeat"`` a leaf may fill several)
     instead of ``config.strategy``; evaluation groups of another size fork one chain.
     """

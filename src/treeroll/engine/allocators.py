@@ -136,7 +136,7 @@ class Vigor:
         return {t: self._budget(extra) for t, extra in sorted(grants.items())}
 
 
-def build_vigor(config: AllocatorConfig, rollout: Any) -> Allocator:
+def build_vigor(config: AllocatorConfig, rollout: Any) -> Allocator:  # batch.py imports this
     """VIGOR for one batch, redistributing ``rollout``'s per-task budget (a
     :class:`treeroll.engine.batch.RolloutConfig`); it needs a leaf budget and says so."""
     group = config.vigor.group or rollout.max_leaves
@@ -147,7 +147,7 @@ def build_vigor(config: AllocatorConfig, rollout: Any) -> Allocator:
     return Vigor(config.vigor, group, rollout.max_generated_tokens)
 
 
-AllocatorBuilder = Callable[[Any, Any], Allocator | None]
+AllocatorBuilder = Callable[["AllocatorConfig", Any], Allocator | None]
 ALLOCATORS: Registry[AllocatorBuilder] = Registry("allocator")
 """Allocator name -> ``builder(allocator_config, rollout_config)`` of a fresh allocator for one
 batch (``None``: ``rollout()``'s uniform default)."""
@@ -155,7 +155,8 @@ ALLOCATORS.register("uniform", lambda config, rollout: None)
 ALLOCATORS.register("vigor", build_vigor)
 
 
-def make_allocator(allocator_config: Any, rollout_config: Any) -> Allocator | None:
+def make_allocator(allocator_config: AllocatorConfig, rollout_config: Any  # a RolloutConfig
+                   ) -> Allocator | None:
     """A fresh allocator for one batch, named by ``allocator_config.name`` (errors name the
     setting); ``None`` for the uniform default."""
     made: Allocator | None = ALLOCATORS.get(allocator_config.name)(allocator_config,

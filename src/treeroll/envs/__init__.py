@@ -96,7 +96,7 @@ class SWESettings:
         return []
 
 
-EnvFactoryBuilder = Callable[[Any], Callable[[], Env]]
+EnvFactoryBuilder = Callable[["EnvConfig"], Callable[[], Env]]
 """``(env_config) -> constructor``: checks the settings (a bad one fails before any work) and
 returns a zero-argument environment constructor."""
 
@@ -139,7 +139,7 @@ def register_env(name: str, build: EnvFactoryBuilder, **spec: Any) -> EnvSpec:
 
 
 def _frozenlake(convention: str) -> EnvFactoryBuilder:
-    def build(env_config: Any) -> Callable[[], Env]:
+    def build(env_config: EnvConfig) -> Callable[[], Env]:
         from treeroll.envs.frozenlake import make_frozenlake
 
         settings = {**dataclasses.asdict(env_config.frozenlake),
@@ -156,7 +156,7 @@ register_env("frozenlake_ragen", _frozenlake("ragen"), block="frozenlake",
              settings=FrozenLakeSettings, scorer="frozenlake_progress")
 
 
-def _swe(env_config: Any) -> Callable[[], Env]:
+def _swe(env_config: EnvConfig) -> Callable[[], Env]:
     from treeroll.envs.swe import builtin_tasks, load_swebench_jsonl, make_swe_env
 
     swe = env_config.swe
@@ -174,7 +174,7 @@ def _swe(env_config: Any) -> Callable[[], Env]:
     return lambda: make_swe_env("mini", tasks, **settings)
 
 
-def _swe_run_defaults(config: Any) -> Any:
+def _swe_run_defaults(config: Any) -> Any:  # a TrainConfig: treeroll.config is a layer up
     """A turn is a whole tool call (up to 4,096 tokens); PATR looks K = 13 turns ahead on SWE
     tasks, as in the paper (unless set)."""
     rollout, patr = config.rollout, config.strategy.patr
@@ -190,7 +190,7 @@ register_env("swe", _swe, block="swe", settings=SWESettings, scorer="swe",
              actor="swe_scripted", run_defaults=_swe_run_defaults)
 
 
-def _gym(env_config: Any) -> Callable[[], Env]:
+def _gym(env_config: EnvConfig) -> Callable[[], Env]:
     env_id = env_config.name.removeprefix("gym:")
     return lambda: GymTextEnv(env_id)
 
@@ -274,7 +274,7 @@ def env_names() -> list[str]:
     return [ENVS.get(name).shown_as or name for name in ENVS]
 
 
-def make_env_factory(env_config: Any) -> Callable[[], Env]:
+def make_env_factory(env_config: EnvConfig) -> Callable[[], Env]:
     """A zero-argument environment constructor for ``env_config.name``."""
     spec = env_spec(env_config.name)
     if spec is not None:
@@ -287,7 +287,7 @@ def make_env_factory(env_config: Any) -> Callable[[], Env]:
     return functools.partial(build_user_plugin, factory, options, "env", parsed=True)
 
 
-def env_problems(env_config: Any) -> list[tuple[str, str]]:
+def env_problems(env_config: EnvConfig) -> list[tuple[str, str]]:
     """Problems of the ``env`` section's name and family blocks, as ``(dotted setting,
     message)``: an unknown name; the environment's own block's checks (its ``problems()``);
     a setting of another family's block (it would be ignored). Nothing is built."""

@@ -88,22 +88,22 @@ class JudgeSettings:
 # --------------------------------------------------------------------------------------------
 
 
-def build_frozenlake_progress(config: Any, **context: Any) -> ProcessScorer:
+def build_frozenlake_progress(config: ScorerConfig, **context: Any) -> ProcessScorer:
     """``frozenlake_progress`` with its defaults."""
     return FrozenLakeProgress()
 
 
-def build_degeneracy(config: Any, **context: Any) -> ProcessScorer:
+def build_degeneracy(config: ScorerConfig, **context: Any) -> ProcessScorer:
     """``degeneracy`` with its defaults."""
     return Degeneracy()
 
 
-def build_value(config: Any, **context: Any) -> ProcessScorer:
+def build_value(config: ScorerConfig, **context: Any) -> ProcessScorer:
     """``value``: an untrained value scorer (the trainer feeds it with ``observe``)."""
     return ValueScorer(seed=int(context.get("seed", 0)))
 
 
-def build_judge(config: Any, *, backend: GenerationBackend | None = None,
+def build_judge(config: ScorerConfig, *, backend: GenerationBackend | None = None,
                 turn_format: TurnFormat | None = None, **context: Any) -> ProcessScorer:
     """``judge`` on ``backend`` / ``turn_format`` if given, else on the local model at
     ``config.judge.model_path``."""
@@ -124,7 +124,7 @@ def build_judge(config: Any, *, backend: GenerationBackend | None = None,
     return JudgeScorer(backend, turn_format)
 
 
-def build_blend(config: Any, **context: Any) -> ProcessScorer:
+def build_blend(config: ScorerConfig, **context: Any) -> ProcessScorer:
     """``blend`` of ``scorer.blend.a`` and ``scorer.blend.b`` with weight
     ``scorer.blend.weight``."""
     settings = config.blend
@@ -178,7 +178,7 @@ def register_scorer(name: str, build: ScorerBuilder, *, settings: type | None = 
     return SCORERS.register(name, ScorerSpec(build, settings))
 
 
-def _swe_scorer(config: Any, **context: Any) -> ProcessScorer:
+def _swe_scorer(config: ScorerConfig, **context: Any) -> ProcessScorer:
     """``swe``: the SWE environment's scorer (tests run, edits compile)."""
     from treeroll.envs.swe import SWEProcessScorer
 

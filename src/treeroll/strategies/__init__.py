@@ -28,13 +28,14 @@ from treeroll.registry import Registry, build_user_plugin, plugin_section
 from treeroll.strategies.arpo import ARPO
 from treeroll.strategies.chain import Chain
 from treeroll.strategies.common import action_key, live_or_room, repeated_action
+from treeroll.strategies.early_forks import EarlyForks
 from treeroll.strategies.igrpo import IGRPO
 from treeroll.strategies.patr import PATR
 from treeroll.strategies.random_tree import RandomTree
 from treeroll.strategies.rtpo import RTPO
 from treeroll.strategies.tree_grpo import TreeGRPO
 
-__all__ = ["ARPO", "IGRPO", "PATR", "RTPO", "STRATEGIES", "Chain", "RandomTree",
+__all__ = ["ARPO", "IGRPO", "PATR", "RTPO", "STRATEGIES", "Chain", "EarlyForks", "RandomTree",
            "StrategyConfig", "TreeGRPO", "action_key", "live_or_room", "make_strategy",
            "repeated_action"]
 
@@ -47,6 +48,7 @@ STRATEGIES.register("random_tree", RandomTree)
 STRATEGIES.register("arpo", ARPO)
 STRATEGIES.register("rtpo", RTPO)
 STRATEGIES.register("igrpo", IGRPO)
+STRATEGIES.register("early_forks", EarlyForks)
 
 
 def _usable(obj: Any) -> str | None:
@@ -69,8 +71,8 @@ class StrategySection:
     """Which rollout strategy builds each task's tree, and every strategy's settings."""
 
     name: str = "chain"
-    """``chain``, ``tree_grpo``, ``patr``, ``random_tree``, ``arpo``, ``rtpo``, ``igrpo`` or
-    ``package.module:object``."""
+    """``chain``, ``tree_grpo``, ``patr``, ``random_tree``, ``arpo``, ``rtpo``, ``igrpo``,
+    ``early_forks`` or ``package.module:object``."""
     options: dict[str, str] = field(default_factory=dict)
     """A user's own strategy (``package.module:object``): its config block, ``KEY VALUE``
     pairs on the command line or a mapping in YAML, each value read as YAML; a dataclass gets
@@ -87,12 +89,13 @@ if TYPE_CHECKING:  # what plugin_section makes, as the type checker sees the bui
         arpo: ARPO = field(default_factory=ARPO)
         rtpo: RTPO = field(default_factory=RTPO)
         igrpo: IGRPO = field(default_factory=IGRPO)
+        early_forks: EarlyForks = field(default_factory=EarlyForks)
 else:
     StrategyConfig = plugin_section(StrategySection, {n: STRATEGIES.get(n) for n in STRATEGIES},
                                     "StrategyConfig")
 
 
-def make_strategy(strategy_config: Any) -> Strategy:
+def make_strategy(strategy_config: StrategyConfig) -> Strategy:
     """The configured strategy named by ``strategy_config.name``: the registered strategy's
     block of ``strategy_config``, or a user's ``package.module:object`` built from
     ``options``."""
