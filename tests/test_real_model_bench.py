@@ -27,25 +27,29 @@ def test_a_long_figures_run_resumes_on_its_commit_is_read_back_and_starts_over_o
     calls: list[bool] = []
 
     def run(config: _Config) -> dict[str, int]:
-        """A run that checkpoints, is interrupted the first time, and finishes after."""
+        """A run that checkpoints, is interrupted the first time (writing the summary an
+        interrupted run writes, as the trainer does), and finishes after."""
         folder = Path(config.runs_dir) / config.name
         calls.append(config.resume)
         (folder / "checkpoints").mkdir(parents=True, exist_ok=True)
         (folder / "checkpoints" / "last.pt").write_text("state")
         if len(calls) == 1:
+            (folder / "summary.json").write_text(json.dumps({"interrupted_at_step": 2}))
             raise KeyboardInterrupt  # the session ended mid-run
-        (folder / "summary.json").write_text(json.dumps({"steps": len(calls)}))
-        return {"steps": len(calls)}
+        done = {"steps": len(calls), "final_eval": {}}
+        (folder / "summary.json").write_text(json.dumps(done))
+        return done
 
     config = _Config(str(tmp_path), "rl")
     monkeypatch.setattr(real_model, "_commit", lambda: "a" * 40)
     with pytest.raises(KeyboardInterrupt):
         real_model.resumed(config, run)
-    assert real_model.resumed(config, run) == ({"steps": 2}, True)  # resumed, not restarted
-    assert real_model.resumed(config, run) == ({"steps": 2}, True)  # finished: read back
+    # resumed, not read back as finished (its summary says interrupted), nor restarted
+    assert real_model.resumed(config, run) == ({"steps": 2, "final_eval": {}}, True)
+    assert real_model.resumed(config, run) == ({"steps": 2, "final_eval": {}}, True)  # read back
     assert calls == [False, True]
     monkeypatch.setattr(real_model, "_commit", lambda: "b" * 40)
-    assert real_model.resumed(config, run) == ({"steps": 3}, False)  # other code: from scratch
+    assert real_model.resumed(config, run) == ({"steps": 3, "final_eval": {}}, False)  # scratch
     assert calls[-1] is False and (tmp_path / "rl.old1" / "summary.json").is_file()
     monkeypatch.setattr(real_model, "_commit", lambda: "b" * 40 + "+dirty")
     real_model.resumed(config, run)

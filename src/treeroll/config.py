@@ -252,6 +252,11 @@ def _check_scalar(hint: Any, value: Any, path: str) -> Any:
             raise ValueError(f"config key {path}: expected a list, got {value!r}")
         element = typing.get_args(hint)[0]
         return tuple(_check_scalar(element, v, f"{path}[{i}]") for i, v in enumerate(value))
+    if typing.get_origin(hint) is typing.Literal:
+        if value not in typing.get_args(hint):
+            raise ValueError(f"config key {path}: is {value!r}; valid: "
+                             f"{', '.join(map(repr, typing.get_args(hint)))}")
+        return value
     options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     if value is None and type(None) in options:
         return None

@@ -7,7 +7,7 @@ import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from treeroll.base import Env
 from treeroll.checks import checked
@@ -74,6 +74,9 @@ class FrozenLakeSettings:
 @dataclass
 class SWESettings:
     """``env.swe``: which instances the SWE environment (``--env.name swe``) serves."""
+
+    exclusive: ClassVar[bool] = True
+    """Set for another environment, these are an error (not ignored)."""
 
     instances: str | None = None
     """A SWE-bench-format JSONL file of instances, validated before any work (None = the 240
@@ -290,7 +293,8 @@ def make_env_factory(env_config: EnvConfig) -> Callable[[], Env]:
 def env_problems(env_config: EnvConfig) -> list[tuple[str, str]]:
     """Problems of the ``env`` section's name and family blocks, as ``(dotted setting,
     message)``: an unknown name; the environment's own block's checks (its ``problems()``);
-    a setting of another family's block (it would be ignored). Nothing is built."""
+    a setting of another family's block that says it is ``exclusive`` (SWE's instances: data
+    another environment would silently not read). Nothing is built."""
     name = env_config.name
     spec = None
     if ":" not in name or any(name.startswith(p) for p in ENVS if p.endswith(":")):
@@ -308,6 +312,8 @@ def env_problems(env_config: EnvConfig) -> list[tuple[str, str]]:
             found += [(f"env.{block}.{key}", message)
                       for key, message in settings.problems()]
             continue
+        if not getattr(settings_type, "exclusive", False):
+            continue  # tuning another family's block is ignored (a YAML reused with --env.name)
         for item in dataclasses.fields(settings_type):
             value = getattr(settings, item.name)
             if value != getattr(settings_type(), item.name):
