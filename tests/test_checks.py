@@ -22,7 +22,7 @@ from treeroll.training.sft import SFTConfig
     ("--rollout.top-p", "1.5", "must be > 0 and <= 1"),
     ("--optim.loss.normalisation", "tokens", "one of 'token_mean', 'seq_mean'"),
     ("--advantage.std", "pop", "one of 'population', 'sample'"),
-    ("--strategy.name", "tree-grpo", "valid: arpo, chain, igrpo, patr, random_tree, rtpo"),
+    ("--strategy.name", "tree-grpo", "valid: arpo, chain, early_forks, igrpo, patr, random_tree, rtpo"),
     ("--advantage.name", "ppo",
      "valid: arpo_hard, dr_grpo, gigpo, grpo, planpo, progress, rloo, sao, tree"),
     ("--allocator.name", "vigr", "valid: uniform, vigor"),
