@@ -124,7 +124,7 @@ def rollout_on_gpu(quick: bool) -> dict[str, Any]:
     from rollout_cost import compare
     from server_backend import summary
     from treeroll.backends.hf import HFBackend
-    from treeroll.engine.batch import RolloutConfig
+    from treeroll.engine import RolloutConfig
     from treeroll.envs import make_frozenlake
     from treeroll.policies import load_policy
 
@@ -148,7 +148,7 @@ def continuous_on_gpu(quick: bool) -> dict[str, Any]:
     from rollout_cost import compare
     from server_backend import summary
     from treeroll.backends.hf import HFBackend
-    from treeroll.engine.batch import RolloutConfig, rollout
+    from treeroll.engine import RolloutConfig, rollout
     from treeroll.envs import make_frozenlake
     from treeroll.policies import load_policy
     from treeroll.strategies import TreeGRPO

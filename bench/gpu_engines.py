@@ -37,7 +37,7 @@ from server_backend import summary
 from treeroll.backends.hf import HFBackend
 from treeroll.backends.vllm import VLLMBackend, make_llm
 from treeroll.base import GenerationRequest, SamplingParams
-from treeroll.engine.batch import RolloutConfig
+from treeroll.engine import RolloutConfig
 from treeroll.envs import make_frozenlake
 from treeroll.policies import load_policy
 

@@ -38,7 +38,7 @@ import torch
 
 from treeroll.backends.hf import HFBackend
 from treeroll.config import PolicyConfig
-from treeroll.engine.batch import RolloutBatch, RolloutConfig, rollout
+from treeroll.engine import RolloutBatch, RolloutConfig, rollout
 from treeroll.envs.frozenlake import make_frozenlake
 from treeroll.formatting import TurnFormat
 from treeroll.policies import Policy, load_policy

@@ -29,7 +29,7 @@ import torch
 
 from treeroll.backends.hf import HFBackend
 from treeroll.distributed import RayRollout, same_trees
-from treeroll.engine.batch import RolloutConfig, rollout
+from treeroll.engine import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.policies import load_policy
 from treeroll.strategies import TreeGRPO

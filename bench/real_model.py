@@ -63,7 +63,7 @@ from rollout_cost import compare  # noqa: E402
 from treeroll.backends.hf import HFBackend  # noqa: E402
 from treeroll.base import GenerationRequest, SamplingParams  # noqa: E402
 from treeroll.config import TrainConfig, with_policy_defaults  # noqa: E402
-from treeroll.engine.batch import RolloutConfig  # noqa: E402
+from treeroll.engine import RolloutConfig  # noqa: E402
 from treeroll.envs import make_env_factory, make_frozenlake  # noqa: E402
 from treeroll.policies import Policy, load_policy  # noqa: E402
 from treeroll.strategies import TreeGRPO  # noqa: E402

@@ -61,7 +61,7 @@ import numpy as np
 import torch
 
 from treeroll.backends.hf import HFBackend
-from treeroll.engine.batch import RolloutConfig, rollout
+from treeroll.engine import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.envs.swe import builtin_tasks, make_swe_env
 from treeroll.formatting import ByteTokenizer, TurnFormat

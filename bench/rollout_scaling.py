@@ -28,7 +28,7 @@ import torch
 
 from rollout_cost import MatchedChain  # type: ignore[import-not-found]
 from treeroll.backends.hf import HFBackend
-from treeroll.engine.batch import RolloutConfig, rollout
+from treeroll.engine import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.policies import load_policy
 from treeroll.strategies import TreeGRPO

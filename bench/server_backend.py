@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rollout_cost import compare
 from treeroll.backends.hf import HFBackend
 from treeroll.backends.llamacpp import ManagedLlamaCpp
-from treeroll.engine.batch import RolloutConfig
+from treeroll.engine import RolloutConfig
 from treeroll.envs import make_frozenlake
 from treeroll.policies import load_policy
 from treeroll.tree import TokenCounts

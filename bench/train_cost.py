@@ -45,7 +45,7 @@ import torch
 from treeroll.backends.hf import HFBackend
 from treeroll.config import PolicyConfig
 from treeroll.credit.estimators import grpo
-from treeroll.engine.batch import RolloutConfig, rollout
+from treeroll.engine import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.formatting import TurnFormat
 from treeroll.policies import Policy

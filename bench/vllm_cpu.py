@@ -91,7 +91,7 @@ def cost(backend: Any, policy: Any, seeds: Any, turns: int, tasks: int, repeats:
          ) -> dict[str, Any]:
     """Tree-GRPO against matched chains through the engine, and the cache against its limit."""
     from rollout_cost import compare
-    from treeroll.engine.batch import RolloutConfig, rollout
+    from treeroll.engine import RolloutConfig, rollout
     from treeroll.envs import make_frozenlake
     from treeroll.strategies import TreeGRPO
     from treeroll.tree import TokenCounts, token_counts

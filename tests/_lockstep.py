@@ -20,7 +20,8 @@ from treeroll.base import (
     Strategy,
     StrategyContext,
 )
-from treeroll.engine.batch import RolloutBatch, RolloutConfig, TimedScorer
+from treeroll.engine import RolloutBatch, RolloutConfig
+from treeroll.engine.batch import TimedScorer
 from treeroll.formatting import TurnFormat
 from treeroll.tree import Node, NodeStatus, RolloutTree
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from treeroll.engine import make_allocator
+from treeroll.engine import RolloutConfig, make_allocator, rollout
 from treeroll.engine.allocators import AllocatorConfig, Vigor, VigorConfig
-from treeroll.engine.batch import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.strategies import Chain
 from treeroll.tree import NodeStatus, RolloutTree, leaves

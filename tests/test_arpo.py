@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from treeroll.base import StrategyContext
-from treeroll.engine.batch import RolloutConfig, rollout
+from treeroll.engine import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.strategies.arpo import ARPO
 from treeroll.tree import NodeStatus, RolloutTree, leaves, path_to

@@ -4,6 +4,7 @@ what is valid, and a refused start leaves no run folder."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import pytest
 
@@ -148,3 +149,27 @@ def test_check_duration_refuses_only_a_run_longer_than_a_year() -> None:
     check_duration("--optim.steps", 1000, 999, YEAR_SECONDS / 1000)  # 0.999 years: accepted
     with pytest.raises(ConfigError, match=r"--optim.steps 2,000 is absurd.*at most 1,000 steps"):
         check_duration("--optim.steps", 2000, 1999, YEAR_SECONDS / 1000)
+
+
+@dataclasses.dataclass
+class Modes:
+    """A plug-in's settings declaring their choices as literal types."""
+
+    mode: Literal["fast", "exact"] = "fast"
+    fallback: Literal["fast", "exact"] | None = None
+
+
+def test_a_literal_setting_is_checked_as_a_declared_choice_is(tmp_path) -> None:
+    validate(Modes())
+    validate(Modes(fallback="exact"))
+    with pytest.raises(ConfigError, match="--mode is 'slow'; must be one of 'fast', 'exact'"):
+        validate(Modes(mode="slow"))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="--fallback is 'x'; must be one of"):
+        validate(Modes(fallback="x"))  # type: ignore[arg-type]
+    from treeroll.config import load_config
+
+    path = tmp_path / "run.yaml"  # a config file's value: the same rule, the same words
+    path.write_text("strategy:\n  early_forks:\n    on_end: again\n")
+    with pytest.raises(ValueError, match=r"config key strategy\.early_forks\.on_end: is 'again'; "
+                                         r"must be one of 'fork_last', 'repeat'"):
+        load_config(path)

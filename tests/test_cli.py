@@ -151,7 +151,7 @@ def test_format_warm_start_teaches_well_formed_replies_and_needs_an_expert() -> 
 
     from treeroll.backends.hf import HFBackend
     from treeroll.config import EvalConfig, PolicyConfig
-    from treeroll.engine.batch import RolloutConfig
+    from treeroll.engine import RolloutConfig
     from treeroll.envs import make_frozenlake
     from treeroll.policies import build_policy
     from treeroll.policies.model import ModelConfig

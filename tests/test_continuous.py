@@ -8,7 +8,7 @@ import pytest
 from treeroll.backends.hf import HFBackend
 from treeroll.base import GenerationRequest, SamplingParams
 from treeroll.checks import ConfigError
-from treeroll.engine.batch import RolloutConfig, rollout
+from treeroll.engine import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.formatting import TurnFormat
 from treeroll.scorers import FrozenLakeProgress

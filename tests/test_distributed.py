@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from treeroll.distributed import RayRollout, RolloutWorker, same_trees, shares
-from treeroll.engine.batch import RolloutConfig, rollout
+from treeroll.engine import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.policies import load_policy
 from treeroll.strategies import TreeGRPO

@@ -15,7 +15,7 @@ import pytest
 
 from treeroll.backends.hf import HFBackend
 from treeroll.base import Budget, SamplingExtras
-from treeroll.engine.batch import RolloutConfig, rollout
+from treeroll.engine import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.envs.swe import ScriptedSWEAgent, builtin_tasks, make_swe_env
 from treeroll.formatting import ByteTokenizer, TurnFormat

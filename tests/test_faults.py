@@ -7,7 +7,8 @@ from typing import ClassVar
 import pytest
 
 from treeroll.base import Score
-from treeroll.engine.batch import RolloutConfig, count_status, rollout
+from treeroll.engine import RolloutConfig, rollout
+from treeroll.engine.batch import count_status
 from treeroll.envs import make_frozenlake
 from treeroll.formatting import ByteTokenizer, TurnFormat
 from treeroll.strategies import PATR, Chain, TreeGRPO

@@ -9,7 +9,7 @@ from transformers.cache_utils import DynamicLayer
 from treeroll.backends.hf import HFBackend
 from treeroll.backends.hf import cache as hf_cache
 from treeroll.backends.hf.cache import GrowingLayer, growing_cache, room_for
-from treeroll.engine.batch import RolloutConfig, rollout
+from treeroll.engine import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.formatting import TurnFormat
 from treeroll.strategies import Chain, TreeGRPO

@@ -7,7 +7,7 @@ import pytest
 
 from treeroll.base import StrategyContext
 from treeroll.credit.estimators import grpo, token_credit, weighted
-from treeroll.engine.batch import RolloutConfig, rollout
+from treeroll.engine import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.strategies.igrpo import IGRPO, beta_gain
 from treeroll.tree import NodeStatus, RolloutTree, leaves

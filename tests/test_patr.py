@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from treeroll.base import Completion, GenerationRequest, SamplingParams, Score, StrategyContext
-from treeroll.engine.batch import RolloutConfig, rollout
+from treeroll.engine import RolloutConfig, rollout
 from treeroll.envs.frozenlake import make_frozenlake
 from treeroll.formatting import ByteTokenizer, TurnFormat
 from treeroll.scorers import FrozenLakeProgress

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.plugins.installed import install, run_python
+from tests.plugins.installed import help_and_refusal, install, run_python
 
 
 def _site(tmp_path: Path) -> Path:
@@ -42,14 +42,5 @@ def test_a_backend_in_one_file_and_one_entry_point_is_configured_and_generates(t
 
 
 def test_the_command_line_offers_the_backends_settings_and_checks_them(tmp_path):
-    site = _site(tmp_path)
-    helped = run_python(site, "from treeroll.cli import main\nmain(['train', '--help'])\n")
-    said = helped.stdout + helped.stderr
-    assert "--backend.counted-hf.batch" in said or "--backend.counted_hf.batch" in said
-    refused = run_python(site, """
-        from treeroll.cli import main
-        raise SystemExit(main(['train', '--backend.name', 'counted_hf',
-                               '--backend.counted-hf.batch', '0']))
-        """)
-    assert refused.returncode != 0 and "--backend.counted-hf.batch" in refused.stderr, \
-        refused.stderr
+    help_and_refusal(_site(tmp_path), "--backend.counted-hf.batch",
+                     ["--backend.name", "counted_hf", "--backend.counted-hf.batch", "0"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.plugins.installed import install, run_python
+from tests.plugins.installed import help_and_refusal, install, run_python
 
 
 def _site(tmp_path: Path) -> Path:
@@ -46,14 +46,6 @@ def test_a_scorer_in_one_file_and_one_entry_point_is_configured_and_scores_patrs
 
 
 def test_the_command_line_offers_the_scorers_settings_and_checks_them(tmp_path):
-    site = _site(tmp_path)
-    helped = run_python(site, "from treeroll.cli import main\nmain(['train', '--help'])\n")
-    said = helped.stdout + helped.stderr
-    assert "--scorer.short-paths.per-turn" in said or "--scorer.short_paths.per_turn" in said
-    refused = run_python(site, """
-        from treeroll.cli import main
-        raise SystemExit(main(['train', '--strategy.name', 'patr', '--scorer.name',
-                               'short_paths', '--scorer.short-paths.per-turn', '0']))
-        """)
-    assert refused.returncode != 0 and "--scorer.short-paths.per-turn" in refused.stderr, \
-        refused.stderr
+    help_and_refusal(_site(tmp_path), "--scorer.short-paths.per-turn",
+                     ["--strategy.name", "patr", "--scorer.name", "short_paths",
+                      "--scorer.short-paths.per-turn", "0"])

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from treeroll.backends.hf import HFBackend
-from treeroll.engine.batch import RolloutConfig, rollout
+from treeroll.engine import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.policies import load_policy, resolve_policy, shipped_policies
 from treeroll.strategies import Chain

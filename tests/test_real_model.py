@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from treeroll.engine.batch import RolloutConfig, rollout
+from treeroll.engine import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.policies import check_policy_files, load_policy, resolve_policy
 from treeroll.policies.fetch import REAL_POLICIES, RegistryUnavailable, policy_gguf, real_policy

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from treeroll.cli.reporting import PlainReporter, RichReporter, make_reporter
 from treeroll.config import EvalConfig
-from treeroll.engine.batch import RolloutConfig
+from treeroll.engine import RolloutConfig
 from treeroll.envs import make_frozenlake
 from treeroll.training.evaluation import evaluate
 from treeroll.training.tensorboard import ScalarLog

@@ -11,7 +11,7 @@ import pytest
 from treeroll.backends.hf import HFBackend
 from treeroll.base import Completion, GenerationRequest, SamplingParams
 from treeroll.credit import estimators as advantages
-from treeroll.engine.batch import RolloutConfig, rollout
+from treeroll.engine import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.formatting import TurnFormat
 from treeroll.strategies import Chain, TreeGRPO

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from treeroll.engine.batch import RolloutConfig, rollout
+from treeroll.engine import RolloutConfig, rollout
 from treeroll.envs import make_frozenlake
 from treeroll.strategies.rtpo import RTPO
 from treeroll.tree import NodeStatus, leaves, path_to

@@ -19,7 +19,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed here: tests/test_vllm_
 
 from treeroll.backends import CPU_BLOCK_SIZE, make_backend
 from treeroll.config import TrainConfig, with_policy_defaults
-from treeroll.engine.batch import RolloutConfig, rollout
+from treeroll.engine import RolloutConfig, rollout
 from treeroll.envs import make_env_factory
 from treeroll.policies import load_policy
 from treeroll.strategies import TreeGRPO

@@ -31,6 +31,7 @@ from treeroll.base import (
     Strategy,
     plugin_name,
 )
+from treeroll.causal_lm import PolicyParts
 from treeroll.config import TrainConfig
 from treeroll.credit import make_estimator
 from treeroll.engine import make_allocator
@@ -78,7 +79,7 @@ class Parts:
     scorer: ProcessScorer | None
     """The process scorer (None when the strategy does not score and none is named)."""
 
-    def backend(self, policy: Any) -> GenerationBackend:
+    def backend(self, policy: PolicyParts | None) -> GenerationBackend:
         """The configured backend (``backend.name`` and its ``backend.<name>`` block) for
         ``policy`` (anything with ``model`` and ``tokenizer``)."""
         return make_backend(self.config.backend, policy)

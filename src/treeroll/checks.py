@@ -6,6 +6,10 @@ in its metadata)::
     lr: float = checked(1e-3, gt=0)
     normalisation: str = checked("token_mean", choices=("token_mean", "sequence_mean"))
 
+A field typed ``Literal[...]`` (a plug-in's, e.g. ``EarlyForks.on_end``) is checked the same
+way, its values being the choices: one rule, one message, whichever way it is declared (the
+literal also lets mypy check code that sets it; ``checked`` also carries bounds).
+
 :func:`validate` walks a config (nested dataclasses included) and raises one
 :class:`ConfigError` listing every invalid value with its option's name (``--optim.lr``), the
 value and what is valid. The entry points (``train``, ``run_sft``, ``run_compare``,
@@ -20,12 +24,17 @@ command line spells it, which only the walk from the top-level config knows.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import sys
+import types
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Check", "ConfigError", "check_duration", "checked", "option_name", "validate"]
+__all__ = ["Check", "ConfigError", "check_duration", "checked", "literal_check", "option_name",
+           "validate"]
 
 
 class ConfigError(ValueError):
@@ -90,22 +99,55 @@ def checked(default: Any = dataclasses.MISSING, *,
     return dataclasses.field(default=default, metadata={"check": rule})
 
 
+def literal_check(hint: object) -> Check | None:
+    """The rule a ``Literal[...]`` (or ``Literal[...] | None``) type hint declares; None for
+    any other hint."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    options = typing.get_args(hint) if union else (hint,)
+    literals = [o for o in options if typing.get_origin(o) is typing.Literal]
+    if len(literals) != 1:
+        return None
+    return Check(choices=typing.get_args(literals[0]), optional=type(None) in options)
+
+
+@functools.cache
+def _literal_rules(cls: type) -> dict[str, Check]:
+    """The rules ``cls``'s ``Literal``-typed fields declare, by field name. A hint that does
+    not resolve (a name imported for the type checker only) declares none."""
+    module = vars(sys.modules[cls.__module__]) if cls.__module__ in sys.modules else {}
+    rules: dict[str, Check] = {}
+    for item in dataclasses.fields(cls):
+        hint: object = item.type
+        if isinstance(hint, str):
+            if "Literal" not in hint:
+                continue
+            try:
+                hint = eval(hint, {"Literal": typing.Literal, **module})  # what get_type_hints does
+            except Exception:
+                continue
+        rule = literal_check(hint)
+        if rule is not None:
+            rules[item.name] = rule
+    return rules
+
+
 def option_name(path: str) -> str:
     """The command-line spelling of a dotted config path (``optim.tasks_per_step`` ->
     ``--optim.tasks-per-step``)."""
     return "--" + path.replace("_", "-")
 
 
-def problems(config: Any, where: str = "") -> list[tuple[str, str]]:
+def problems(config: object, where: str = "") -> list[tuple[str, str]]:
     """Every ``(option, message)`` of ``config``'s declared checks, nested configs
     included."""
     found: list[tuple[str, str]] = []
     if not dataclasses.is_dataclass(config) or isinstance(config, type):
         return found
+    literals = _literal_rules(type(config))
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         path = f"{where}.{f.name}" if where else f.name
-        rule = f.metadata.get("check")
+        rule = f.metadata.get("check") or literals.get(f.name)
         if isinstance(rule, Check):
             message = rule.problem(value)
             if message:
@@ -115,7 +157,7 @@ def problems(config: Any, where: str = "") -> list[tuple[str, str]]:
     return found
 
 
-def validate(config: Any, where: str = "",
+def validate(config: object, where: str = "",
              extra: Sequence[tuple[str, str]] = ()) -> None:
     """Raise :class:`ConfigError` if any declared check of ``config`` fails, or ``extra``
     (cross-field problems the caller found) is not empty."""

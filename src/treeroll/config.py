@@ -12,12 +12,12 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
 from treeroll.backends import BackendConfig
-from treeroll.checks import checked
+from treeroll.checks import checked, literal_check
 from treeroll.credit import AdvantageConfig
 from treeroll.credit.objectives import POLICY_LOSSES, LossConfig
 from treeroll.engine import AllocatorConfig, RolloutConfig
@@ -195,7 +195,10 @@ class TrainConfig:
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 
 
 def _build(cls: type[T], data: Any, where: str) -> T:
@@ -216,7 +219,7 @@ def _collect(cls: type[T], data: Any, where: str, problems: list[str]) -> T:
         problems.append(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
         return cls()
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs: dict[str, Any] = {}
     before = len(problems)
     for key, value in data.items():
@@ -252,10 +255,11 @@ def _check_scalar(hint: Any, value: Any, path: str) -> Any:
             raise ValueError(f"config key {path}: expected a list, got {value!r}")
         element = typing.get_args(hint)[0]
         return tuple(_check_scalar(element, v, f"{path}[{i}]") for i, v in enumerate(value))
-    if typing.get_origin(hint) is typing.Literal:
-        if value not in typing.get_args(hint):
-            raise ValueError(f"config key {path}: is {value!r}; valid: "
-                             f"{', '.join(map(repr, typing.get_args(hint)))}")
+    literal = literal_check(hint)  # the rule validate() applies, with its message
+    if literal is not None:
+        problem = literal.problem(value)
+        if problem:
+            raise ValueError(f"config key {path}: {problem}")
         return value
     options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     if value is None and type(None) in options:
@@ -314,12 +318,12 @@ def merged_config(base: T, overlay: dict[str, Any]) -> T:
     return _build(type(base), _merged(config_to_dict(base), overlay), "")
 
 
-def config_to_dict(config: Any) -> dict[str, Any]:
+def config_to_dict(config: DataclassInstance) -> dict[str, Any]:
     """A plain dict (for YAML / JSON) of a config dataclass."""
     return dataclasses.asdict(config)
 
 
-def name_problems(config: Any) -> list[tuple[str, str]]:
+def name_problems(config: Any) -> list[tuple[str, str]]:  # Any: see check_config
     """Problems of the plug-in names and cross-field settings of a :class:`TrainConfig` (or
     of any config with the same sections): each ``(option, message)`` names what is valid.
     Nothing is imported or built; ``package.module:object`` names are checked when made."""
@@ -366,7 +370,8 @@ def name_problems(config: Any) -> list[tuple[str, str]]:
     return found
 
 
-def _registered_names(config: Any, sections: set[str]) -> list[tuple[str, str]]:
+def _registered_names(config: Any,  # Any: see check_config
+                      sections: set[str]) -> list[tuple[str, str]]:
     """Each section's ``name`` against its package's registry (an allocator is also built:
     that is cheap and runs its own checks)."""
     from treeroll.backends import BACKENDS
@@ -395,7 +400,7 @@ def _registered_names(config: Any, sections: set[str]) -> list[tuple[str, str]]:
     return found
 
 
-def _optim_problems(config: Any) -> list[tuple[str, str]]:
+def _optim_problems(config: TrainConfig) -> list[tuple[str, str]]:
     """Settings that do not go together: SAO's batch baseline with dropping one-leaf groups,
     a lagged sampler on a server backend, one objective's keys with the other objective."""
     import inspect
@@ -449,10 +454,13 @@ def _init_problems(init: str | None) -> list[tuple[str, str]]:
              "a finished treeroll train / sft run, or null for a from-scratch build")]
 
 
-def check_config(config: Any, extra: list[tuple[str, str]] | None = None) -> None:
+def check_config(config: Any,  # Any: a TrainConfig, an SFTConfig (training/, a layer up)...
+                 extra: list[tuple[str, str]] | None = None) -> None:
     """Raise one :class:`treeroll.checks.ConfigError` listing every invalid value of
     ``config`` (ranges declared on its fields, plug-in names, cross-field limits, and the
-    caller's ``extra`` problems), before any work starts."""
+    caller's ``extra`` problems), before any work starts. ``config`` is any config dataclass
+    with some of :class:`TrainConfig`'s sections (``treeroll sft``'s, ``compare``'s base):
+    each check runs for the sections it has."""
     from treeroll.checks import validate
 
     validate(config, extra=name_problems(config) + list(extra or []))

@@ -27,13 +27,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from treeroll.base import Env, Strategy
-from treeroll.engine.batch import RolloutBatch, RolloutConfig, rollout
+from treeroll.base import Allocator, Env, Strategy
+from treeroll.engine import RolloutBatch, RolloutConfig, rollout
 from treeroll.tree_json import tree_from_dict, tree_to_dict
+
+if TYPE_CHECKING:
+    from treeroll.policies import Policy
 
 __all__ = ["RayRollout", "RolloutWorker", "same_trees", "shares"]
 
@@ -92,7 +95,7 @@ class RolloutWorker:
     Made as a Ray actor by :class:`RayRollout`; usable directly (in process) too, which is
     how its logic is tested without a cluster."""
 
-    def __init__(self, policy: Any, make_env: Callable[[], Env], strategy: Strategy,
+    def __init__(self, policy: Policy, make_env: Callable[[], Env], strategy: Strategy,
                  config: RolloutConfig, threads: int = 1,
                  make_backend: Callable[[Any], Any] | None = None) -> None:
         import torch
@@ -135,7 +138,7 @@ class RayRollout:
     ``make_backend(policy)`` builds each actor's backend (default: the transformers
     backend)."""
 
-    def __init__(self, policy: Any, make_env: Callable[[], Env], strategy: Strategy,
+    def __init__(self, policy: Policy, make_env: Callable[[], Env], strategy: Strategy,
                  config: RolloutConfig, *, workers: int = 2, num_cpus: float = 1,
                  make_backend: Callable[[Any], Any] | None = None) -> None:
         import ray
@@ -152,7 +155,7 @@ class RayRollout:
                                                 make_backend) for _ in range(workers)]
 
     def rollout(self, tasks: Sequence[int] | np.ndarray, *, seed: int = 0,
-                first_group_id: int = 0, allocator: Any = None) -> RolloutBatch:
+                first_group_id: int = 0, allocator: Allocator | None = None) -> RolloutBatch:
         """The trees of ``tasks``, grown by the workers, in task order."""
         import ray
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import torch
+
+from treeroll.causal_lm import CausalLM
 
 __all__ = ["HeadReshaped", "check_logits", "head_at", "head_at_works"]
 
@@ -26,7 +27,7 @@ class HeadReshaped(RuntimeError):
 
 
 @contextmanager
-def head_at(model: Any, rows: torch.Tensor, cols: torch.Tensor) -> Iterator[None]:
+def head_at(model: CausalLM, rows: torch.Tensor, cols: torch.Tensor) -> Iterator[None]:
     """Within the block, ``model(...)``'s head runs only on ``hidden[rows, cols]``: its
     ``logits`` come out ``[len(rows), vocab]`` (check with :func:`check_logits`)."""
     head = model.get_output_embeddings()
@@ -38,7 +39,7 @@ def head_at(model: Any, rows: torch.Tensor, cols: torch.Tensor) -> Iterator[None
         hook.remove()
 
 
-def check_logits(model: Any, logits: torch.Tensor, count: int) -> None:
+def check_logits(model: CausalLM, logits: torch.Tensor, count: int) -> None:
     """Raise :class:`HeadReshaped` unless ``logits`` is ``[count, vocab]``."""
     if logits.dim() != 2 or logits.shape[0] != count:
         raise HeadReshaped(f"{type(model).__name__} reshaped its head's output "
@@ -46,7 +47,7 @@ def check_logits(model: Any, logits: torch.Tensor, count: int) -> None:
                            "predicted positions alone")
 
 
-def head_at_works(model: Any) -> bool:
+def head_at_works(model: CausalLM) -> bool:
     """Whether :func:`head_at` gives ``model`` logits at chosen positions: one forward of two
     tokens, without a cache, selecting one position. False for a model without a separate
     head, or one that reshapes (or fails on) its head's output; callers then compute every

@@ -57,11 +57,12 @@ class Registry(Generic[T]):
         raise ValueError(f"unknown {self.kind} {name!r}; valid: {', '.join(sorted(self._items))}"
                          " (or 'package.module:object' for your own)")
 
-    def load_entry_points(self, group: str,
+    def load_entry_points(self, group: str, *, record: type | None = None,
                           check: Callable[[Any], str | None] | None = None) -> None:
         """Register every plug-in that installed packages declare in the entry-point
         ``group`` (``[project.entry-points."treeroll.strategies"]`` in a package's
         ``pyproject.toml``: ``name = "package.module:Class"``). A plug-in that fails to load,
+        that is not an instance of this kind's ``record`` type (an environment's ``EnvSpec``),
         that ``check`` finds wrong (it returns why), or whose name is taken is skipped with a
         warning saying why: one broken package never stops treeroll from starting."""
         import warnings
@@ -79,7 +80,11 @@ class Registry(Generic[T]):
                               f"skipped: it did not load ({type(err).__name__}: {err})",
                               stacklevel=2)
                 continue
-            why = check(obj) if check is not None else None
+            if record is not None and not isinstance(obj, record):
+                why: str | None = (f"a registered {self.kind} is a {record.__module__}."
+                                   f"{record.__qualname__}, not {type(obj).__name__}")
+            else:
+                why = check(obj) if check is not None else None
             if why:
                 warnings.warn(f"{self.kind} {point.name!r} from entry point {point.value!r} "
                               f"skipped: {why}", stacklevel=2)

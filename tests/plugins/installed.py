@@ -27,3 +27,18 @@ def run_python(site: Path, code: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(PLUGINS)])}
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
                           capture_output=True, text=True, timeout=600)
+
+
+def help_and_refusal(site: Path, option: str, argv: list[str]) -> tuple[str, str]:
+    """What a user of the installed plug-in sees: ``treeroll train --help``'s text, and the
+    error of ``treeroll train argv`` (a run that sets one of its settings badly). Both must
+    name ``option`` (given as the command line spells it, ``--env.tiny-lake.side``); the
+    refused run must exit non-zero. Returns the two texts for the caller's own checks."""
+    helped = run_python(site, "from treeroll.cli import main\nmain(['train', '--help'])\n")
+    said = helped.stdout + helped.stderr
+    assert option in said or option.replace("-", "_").replace("__", "--") in said, said
+    refused = run_python(site, f"from treeroll.cli import main\n"
+                               f"raise SystemExit(main(['train', *{argv!r}]))\n")
+    assert refused.returncode != 0, refused.stdout
+    assert option in refused.stderr, refused.stderr
+    return said, refused.stderr

@@ -1,7 +1,8 @@
 """An environment in one file (ARCHITECTURE.md, *Adding an environment*): FrozenLake in rLLM's
 convention on maps of one side, with its own settings block ``env.tiny_lake.*`` and a check
 of its own. One entry-point line registers it: ``[treeroll.envs] tiny_lake =
-tiny_lake:SPEC``."""
+tiny_lake:SPEC``. ``PLAIN`` is the same lake with a settings block that has no check across
+its fields (no ``problems()``)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,20 @@ def build(env_config: Any) -> Callable[[], Env]:
 
 
 SPEC = EnvSpec(build, block="tiny_lake", settings=TinyLakeSettings, scorer="frozenlake_progress")
+
+
+@dataclass
+class PlainLakeSettings:
+    """``env.plain_lake``: the side of every map, checked field by field only."""
+
+    side: int = checked(3, ge=2)
+    """Map side."""
+
+
+def build_plain(env_config: Any) -> Callable[[], Env]:
+    """The constructor of a lake of ``env.plain_lake.side``."""
+    side = env_config.plain_lake.side
+    return lambda: make_frozenlake("rllm", size_min=side, size_max=side)
+
+
+PLAIN = EnvSpec(build_plain, block="plain_lake", settings=PlainLakeSettings)

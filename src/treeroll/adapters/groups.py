@@ -46,11 +46,11 @@ from treeroll.base import (
     ProcessScorer,
     Strategy,
 )
+from treeroll.causal_lm import CausalLM
 from treeroll.config import TrainConfig, check_config, load_config
 from treeroll.credit import make_estimator
 from treeroll.credit.estimators import token_credit, weighted
-from treeroll.engine import make_allocator
-from treeroll.engine.batch import RolloutConfig, rollout
+from treeroll.engine import RolloutConfig, make_allocator, rollout
 from treeroll.formatting import TurnFormat
 from treeroll.policies import Policy, resolve_policy
 from treeroll.strategies import Chain, EarlyForks
@@ -212,7 +212,7 @@ class TreeGroups:
         return cls(config, TurnFormat(tokenizer, view=policy_view(config)),
                    group_size=group_size)
 
-    def grow(self, tasks: Sequence[int], model: Any, tokenizer: Any, *, seed: int,
+    def grow(self, tasks: Sequence[int], model: CausalLM, tokenizer: Any, *, seed: int,
              temperature: float | None = None, top_p: float | None = None) -> list[LeafGroup]:
         """One :class:`LeafGroup` of exactly ``group_size`` leaves per task seed in ``tasks``,
         sampled from ``model`` as it is now (a fresh backend per call: the weights changed

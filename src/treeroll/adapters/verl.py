@@ -238,13 +238,14 @@ class TreeAgentLoop(AgentLoopBase):
                                  credit_as_reward=self.credit_as_reward)
 
 
-def _length(rollout_config: Any, name: str) -> int | None:
+def _length(rollout_config: Any, name: str) -> int | None:  # Any: verl's rollout config
     value = getattr(rollout_config, name, None)
     return int(value) if value is not None else None
 
 
 def precomputed_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
-                          index: np.ndarray | None = None, config: Any = None,
+                          index: np.ndarray | None = None,
+                          config: Any = None,  # Any: verl's algorithm config, passed by verl
                           **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """verl advantage estimator ``treeroll_precomputed``: each row's reward (treeroll's
     credit, with ``credit_as_reward=True``) is the advantage of every model token of the row,

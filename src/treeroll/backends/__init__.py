@@ -22,13 +22,24 @@ from treeroll.backends.configs import (
     VLLMBackendConfig,
 )
 from treeroll.base import GenerationBackend, UpdatableBackend
+from treeroll.causal_lm import CausalLM, PolicyParts
 from treeroll.registry import Registry, build_user_plugin, plugin_section
 
 __all__ = ["BACKENDS", "BackendConfig", "BackendPlugin", "HFBackendConfig",
            "LlamaCppBackendConfig", "SGLangBackendConfig", "VLLMBackendConfig",
            "backend_streams", "make_backend", "register_backend", "sync_weights"]
 
-BackendBuilder = Callable[[Any, Any], GenerationBackend]
+BackendBuilder = Callable[["BackendConfig", "PolicyParts | None"], GenerationBackend]
+"""``(backend_config, policy) -> backend``; ``policy`` is None only for a backend that acts
+without one (a scripted agent: see :attr:`BackendPlugin.tokenizer`)."""
+
+
+def _policy(policy: PolicyParts | None, backend: str) -> PolicyParts:
+    """``policy``, which backend ``backend`` decodes with; an error if there is none."""
+    if policy is None:
+        raise ValueError(f"backend {backend!r} decodes with a policy's model, and none was "
+                         "given (--policy.init names one)")
+    return policy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,10 +72,10 @@ def register_backend(name: str, builder: BackendBuilder, *, streams: bool,
     return builder
 
 
-def _hf_backend(config: Any, policy: Any) -> GenerationBackend:
+def _hf_backend(config: BackendConfig, policy: PolicyParts | None) -> GenerationBackend:
     from treeroll.backends.hf import HFBackend
 
-    hf = config.hf
+    hf, policy = config.hf, _policy(policy, "hf")
     return HFBackend(policy.model, pad_token_id=policy.tokenizer.pad_token_id or 0,
                      max_batch_size=hf.max_batch_size, max_cached_tokens=hf.max_cached_tokens,
                      use_prefix_cache=hf.use_prefix_cache, keep_logits=hf.keep_logits,
@@ -75,10 +86,10 @@ def _hf_backend(config: Any, policy: Any) -> GenerationBackend:
 register_backend("hf", _hf_backend, streams=True, config=HFBackendConfig, in_process=True)
 
 
-def _llamacpp_backend(config: Any, policy: Any) -> GenerationBackend:
+def _llamacpp_backend(config: BackendConfig, policy: PolicyParts | None) -> GenerationBackend:
     from treeroll.backends.llamacpp import LlamaCppBackend, ManagedLlamaCpp
 
-    c = config.llamacpp
+    c, policy = config.llamacpp, _policy(policy, "llamacpp")
     if c.url is not None:
         return LlamaCppBackend(c.url, concurrency=c.slots, share_prompts=c.share_prompts,
                                eog_token_ids=(int(policy.tokenizer.eos_token_id),),
@@ -99,12 +110,13 @@ def torch_cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def _vllm_backend(config: Any, policy: Any) -> GenerationBackend:
+def _vllm_backend(config: BackendConfig, policy: PolicyParts | None) -> GenerationBackend:
     import os
     import tempfile
 
     from treeroll.backends.vllm import VLLMBackend, make_llm
 
+    policy = _policy(policy, "vllm")
     folder = tempfile.mkdtemp(prefix="treeroll-vllm-")  # vLLM loads a folder
     policy.model.save_pretrained(folder)
     policy.tokenizer.save_pretrained(folder)
@@ -120,13 +132,14 @@ def _vllm_backend(config: Any, policy: Any) -> GenerationBackend:
                                 enforce_eager=c.enforce_eager, **extra))
 
 
-def _sglang_backend(config: Any, policy: Any) -> GenerationBackend:
+def _sglang_backend(config: BackendConfig, policy: PolicyParts | None) -> GenerationBackend:
     from treeroll.backends.sglang import SGLangBackend
 
-    return SGLangBackend(config.sglang.url, model=policy.model)
+    return SGLangBackend(config.sglang.url, model=None if policy is None else policy.model)
 
 
-def _swe_scripted_backend(config: Any, policy: Any) -> GenerationBackend:
+def _swe_scripted_backend(config: BackendConfig, policy: PolicyParts | None
+                          ) -> GenerationBackend:
     from treeroll.envs.swe import ScriptedSWEAgent, builtin_tasks
 
     return ScriptedSWEAgent(builtin_tasks())
@@ -145,12 +158,8 @@ register_backend("vllm", _vllm_backend, streams=False, config=VLLMBackendConfig)
 register_backend("sglang", _sglang_backend, streams=False, config=SGLangBackendConfig)
 
 
-def _usable(obj: Any) -> str | None:
-    return None if isinstance(obj, BackendPlugin) else \
-        "a registered backend is a treeroll.backends.BackendPlugin"
-
-
-BACKENDS.load_entry_points("treeroll.backends", _usable)  # installed packages' own
+# installed packages' own
+BACKENDS.load_entry_points("treeroll.backends", record=BackendPlugin)
 
 
 @dataclass
@@ -186,7 +195,7 @@ def backend_streams(name: str) -> bool | None:
     return BACKENDS.get(name).streams if name in BACKENDS else None
 
 
-def make_backend(backend_config: Any, policy: Any) -> GenerationBackend:
+def make_backend(backend_config: BackendConfig, policy: PolicyParts | None) -> GenerationBackend:
     """The backend named by ``backend_config.name`` for ``policy``; a user's
     ``package.module:builder`` is called with the policy and its ``options`` block."""
     plugin = BACKENDS.get(backend_config.name)  # registered, or a user's loaded builder
@@ -197,7 +206,7 @@ def make_backend(backend_config: Any, policy: Any) -> GenerationBackend:
     return made
 
 
-def sync_weights(backend: GenerationBackend, model: Any) -> None:
+def sync_weights(backend: GenerationBackend, model: CausalLM) -> None:
     """After an update: an :class:`~treeroll.base.UpdatableBackend` loads the model's new
     weights (and forgets its cache); any other backend, which must share the model object in
     process, only forgets its cache."""

@@ -42,6 +42,7 @@ from typing import Any
 from treeroll.backends.http import ServerError, get_json, post_json, post_text
 from treeroll.backends.weights import take_weights
 from treeroll.base import Completion, GenerationRequest, SamplingParams
+from treeroll.causal_lm import CausalLM
 
 __all__ = ["SGLangBackend"]
 
@@ -78,8 +79,9 @@ class SGLangBackend:
     (``--enable-deterministic-inference``); False sends none (no reproducibility promised).
     """
 
-    def __init__(self, url: str, *, model: Any = None, weights_dir: str | Path | None = None,
-                 timeout: float = 600.0, seeded: bool = True) -> None:
+    def __init__(self, url: str, *, model: CausalLM | None = None,
+                 weights_dir: str | Path | None = None, timeout: float = 600.0,
+                 seeded: bool = True) -> None:
         self.url = url.rstrip("/")
         self.seeded = seeded
         self._deterministic: bool | None = None  # what /get_server_info said, once asked

@@ -90,7 +90,7 @@ def _model_config(llm: Any) -> Any:
     return found if found is not None else getattr(engine, "model_config", None)
 
 
-def _max_logprobs(model_config: Any) -> int | None:
+def _max_logprobs(model_config: Any) -> int | None:  # Any: vLLM's ModelConfig
     """How many top logprobs this ``LLM`` returns at most: ``max_logprobs`` (vLLM's default
     20 when unset; ``-1`` means the whole vocabulary, returned as None: no limit here)."""
     found = getattr(model_config, "max_logprobs", None)

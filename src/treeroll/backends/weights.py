@@ -8,10 +8,12 @@ from typing import Any
 
 import torch
 
+from treeroll.causal_lm import CausalLM
+
 __all__ = ["model_device", "take_weights"]
 
 
-def take_weights(model: Any, state_dict: Mapping[str, Any]) -> bool:
+def take_weights(model: CausalLM, state_dict: Mapping[str, Any]) -> bool:
     """Copy ``state_dict`` into ``model`` unless every tensor in it already is the model's
     own (the trainer updated this very model in place: nothing to copy); returns whether it
     copied."""
@@ -22,7 +24,7 @@ def take_weights(model: Any, state_dict: Mapping[str, Any]) -> bool:
     return True
 
 
-def model_device(model: Any) -> torch.device:
+def model_device(model: CausalLM) -> torch.device:
     """The device of ``model``'s parameters: where inputs built on the CPU are moved (the
     HF backend's batches, the training losses' ids and per-token data)."""
     return next(model.parameters()).device

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, is_dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import tyro
 import yaml
@@ -33,10 +33,16 @@ from treeroll.config import (
 )
 from treeroll.envs import env_spec
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    from treeroll.training.evaluation import Reporter
+    from treeroll.training.sft import SFTConfig
+
 __all__ = ["main"]
 
 console = Console(stderr=True)
-T = TypeVar("T")
+T = TypeVar("T", bound="DataclassInstance")
 
 
 CONFIG_HELP = ("--config FILE.yaml: a YAML file of these settings (see configs/); the other "
@@ -213,7 +219,11 @@ def _parse(cls: type[T], args: list[str], description: str, *, command: str,
 # --------------------------------------------------------------------------------------------
 
 
-def _run(run: Any, config: Any) -> int:
+RunSettings = TypeVar("RunSettings", "TrainConfig", "SFTConfig")
+
+
+def _run(run: Callable[[RunSettings, Reporter | None], dict[str, Any]],
+         config: RunSettings) -> int:
     """Run ``run(config, reporter)`` under progress bars (plain lines when stderr is not a
     terminal); print its summary, or on Ctrl-C where its checkpoint is (only if one was
     written)."""

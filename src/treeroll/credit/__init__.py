@@ -104,7 +104,7 @@ ADVANTAGES.register("arpo_hard", estimators.arpo_hard)
 ADVANTAGES.register("sao", estimators.BatchBaseline)  # type: ignore[arg-type]  # a class
 
 
-def make_estimator(advantage_config: Any) -> AdvantageEstimator:
+def make_estimator(advantage_config: AdvantageConfig) -> AdvantageEstimator:
     """The estimator named by ``advantage_config.name`` with its hyper-parameters bound.
 
     Each shared option (``std``, ``singleton``, ``eps``) is passed as a keyword to an

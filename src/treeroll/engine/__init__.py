@@ -8,7 +8,8 @@ barriers: a branch's next request goes out as soon as its own observation is rea
 :func:`rollout` is the entry (:mod:`treeroll.engine.batch`); the loop it runs
 (:mod:`treeroll.engine.loop`), the token budgets (:mod:`~treeroll.engine.budgets`), contained
 faults (:mod:`~treeroll.engine.faults`) and the allocators that move budget between tasks
-(:mod:`~treeroll.engine.allocators`, with their registry) live beside it.
+(:mod:`~treeroll.engine.allocators`, with their registry) and its settings
+(:class:`RolloutConfig`, :mod:`~treeroll.engine.settings`) live beside it.
 """
 
 from treeroll.engine.allocators import (
@@ -17,8 +18,9 @@ from treeroll.engine.allocators import (
     UniformAllocator,
     make_allocator,
 )
-from treeroll.engine.batch import RolloutBatch, RolloutConfig, rollout
+from treeroll.engine.batch import RolloutBatch, rollout
 from treeroll.engine.loop import run_engine
+from treeroll.engine.settings import RolloutConfig
 
 __all__ = ["ALLOCATORS", "AllocatorConfig", "RolloutBatch", "RolloutConfig", "UniformAllocator",
            "make_allocator",

@@ -27,12 +27,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from treeroll.base import Allocator, Budget
 from treeroll.checks import checked
+from treeroll.engine.settings import RolloutConfig
 from treeroll.registry import Registry
 from treeroll.tree import RolloutTree, leaf_rewards, leaves
 
@@ -136,9 +136,9 @@ class Vigor:
         return {t: self._budget(extra) for t, extra in sorted(grants.items())}
 
 
-def build_vigor(config: AllocatorConfig, rollout: Any) -> Allocator:  # batch.py imports this
+def build_vigor(config: AllocatorConfig, rollout: RolloutConfig) -> Allocator:
     """VIGOR for one batch, redistributing ``rollout``'s per-task budget (a
-    :class:`treeroll.engine.batch.RolloutConfig`); it needs a leaf budget and says so."""
+    :class:`treeroll.engine.RolloutConfig`); it needs a leaf budget and says so."""
     group = config.vigor.group or rollout.max_leaves
     if group is None:
         raise ValueError("VIGOR redistributes a per-task leaf budget: set "
@@ -147,7 +147,7 @@ def build_vigor(config: AllocatorConfig, rollout: Any) -> Allocator:  # batch.py
     return Vigor(config.vigor, group, rollout.max_generated_tokens)
 
 
-AllocatorBuilder = Callable[["AllocatorConfig", Any], Allocator | None]
+AllocatorBuilder = Callable[["AllocatorConfig", RolloutConfig], Allocator | None]
 ALLOCATORS: Registry[AllocatorBuilder] = Registry("allocator")
 """Allocator name -> ``builder(allocator_config, rollout_config)`` of a fresh allocator for one
 batch (``None``: ``rollout()``'s uniform default)."""
@@ -155,7 +155,7 @@ ALLOCATORS.register("uniform", lambda config, rollout: None)
 ALLOCATORS.register("vigor", build_vigor)
 
 
-def make_allocator(allocator_config: AllocatorConfig, rollout_config: Any  # a RolloutConfig
+def make_allocator(allocator_config: AllocatorConfig, rollout_config: RolloutConfig
                    ) -> Allocator | None:
     """A fresh allocator for one batch, named by ``allocator_config.name`` (errors name the
     setting); ``None`` for the uniform default."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from treeroll.base import Env, ProcessScorer, Score, StepResult
 from treeroll.tree import Node, NodeStatus, RolloutTree
@@ -68,8 +67,8 @@ def fail(node: Node, note: str) -> None:
     node.env = None
 
 
-def contained(tree: RolloutTree, scorer: Any, broken: set[int], entries: Sequence[Node]
-              ) -> list[Node]:
+def contained(tree: RolloutTree, scorer: ProcessScorer | None, broken: set[int],
+              entries: Sequence[Node]) -> list[Node]:
     """Apply a :class:`ContainedScorer`'s failures to their nodes of ``tree`` (noting them in
     ``broken``), and drop the ``entries`` that continue a failed or broken node: such a node
     is never continued."""

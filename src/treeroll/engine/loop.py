@@ -25,7 +25,6 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -60,6 +59,7 @@ from treeroll.engine.faults import (
     safe_step,
     timed_step,
 )
+from treeroll.engine.settings import RolloutConfig
 from treeroll.formatting import TurnFormat
 from treeroll.tree import Node, NodeStatus, RolloutTree
 
@@ -122,7 +122,7 @@ class _Engine:
 
     def __init__(self, runs: list[_TreeRun], backend: GenerationBackend,
                  turn_format: TurnFormat, strategy: Strategy, params: SamplingParams, *,
-                 config: Any, allocator: Allocator, seed: int, rng: np.random.Generator,
+                 config: RolloutConfig, allocator: Allocator, seed: int, rng: np.random.Generator,
                  on_turn: Callable[[int, int], None] | None, timing: dict[str, float]) -> None:
         self.runs, self.backend, self.turn_format = runs, backend, turn_format
         self.strategy, self.params, self.config = strategy, params, config
@@ -417,7 +417,7 @@ class _Engine:
 
 def run_engine(tasks: Sequence[int] | np.ndarray, make_env: Callable[[], Env],
                backend: GenerationBackend, turn_format: TurnFormat, strategy: Strategy, *,
-               config: Any, scorer: ProcessScorer | None, seed: int, first_group_id: int,
+               config: RolloutConfig, scorer: ProcessScorer | None, seed: int, first_group_id: int,
                on_turn: Callable[[int, int], None] | None, allocator: Allocator | None,
                timing: dict[str, float]) -> tuple[list[RolloutTree], list[StrategyContext], int]:
     """Grow one tree per task seed; returns the trees, their contexts and the number of

@@ -7,7 +7,7 @@ import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from treeroll.base import Env
 from treeroll.checks import checked
@@ -26,6 +26,7 @@ from treeroll.registry import Registry, build_user_plugin, parse_options, plugin
 __all__ = [
     "ENVS",
     "ENV_BLOCKS",
+    "CheckedTogether",
     "EnvCheckError",
     "EnvConfig",
     "EnvSpec",
@@ -75,9 +76,6 @@ class FrozenLakeSettings:
 class SWESettings:
     """``env.swe``: which instances the SWE environment (``--env.name swe``) serves."""
 
-    exclusive: ClassVar[bool] = True
-    """Set for another environment, these are an error (not ignored)."""
-
     instances: str | None = None
     """A SWE-bench-format JSONL file of instances, validated before any work (None = the 240
     built-in tasks); a task seed picks instance ``seed mod count``."""
@@ -99,6 +97,16 @@ class SWESettings:
         return []
 
 
+@runtime_checkable
+class CheckedTogether(Protocol):
+    """A settings block with checks across its fields (an ``EnvSpec``'s ``settings`` may
+    have them; the per-field ones are :func:`treeroll.checks.checked`)."""
+
+    def problems(self) -> list[tuple[str, str]]:
+        """``(setting, message)`` of settings that do not fit together."""
+        ...
+
+
 EnvFactoryBuilder = Callable[["EnvConfig"], Callable[[], Env]]
 """``(env_config) -> constructor``: checks the settings (a bad one fails before any work) and
 returns a zero-argument environment constructor."""
@@ -116,8 +124,13 @@ class EnvSpec:
     """The family settings block it reads, ``env.<block>``: both FrozenLake conventions read
     ``frozenlake``."""
     settings: type | None = None
-    """That block's dataclass (its fields are ``env.<block>.*``; a ``problems()`` method, if
-    it has one, checks them together before any work)."""
+    """That block's dataclass (its fields are ``env.<block>.*``; if it is
+    :class:`CheckedTogether`, its ``problems()`` checks them together before any work)."""
+    exclusive: bool = False
+    """Its block's settings, changed for another environment, are an error rather than
+    ignored (SWE's instances: data another environment would silently not read). Tuning
+    another family's block is otherwise ignored, so one YAML serves with another
+    ``--env.name``."""
     scorer: str | None = None
     """Its own process scorer, used when a scoring strategy (PATR) names none."""
     actor: str | None = None
@@ -129,6 +142,13 @@ class EnvSpec:
     one out): SWE's longer turns and PATR's K = 13 turns, as in the paper."""
     shown_as: str = ""
     """How ``--help`` and errors show a name family (``gym:<env id>``); empty for one name."""
+
+    def __post_init__(self) -> None:
+        if (self.block is None) != (self.settings is None):
+            raise ValueError("an EnvSpec names its settings block and its dataclass together "
+                             f"(block={self.block!r}, settings={self.settings!r})")
+        if self.exclusive and self.block is None:
+            raise ValueError("an exclusive EnvSpec needs a settings block")
 
 
 ENVS: Registry[EnvSpec] = Registry("environment")
@@ -177,7 +197,7 @@ def _swe(env_config: EnvConfig) -> Callable[[], Env]:
     return lambda: make_swe_env("mini", tasks, **settings)
 
 
-def _swe_run_defaults(config: Any) -> Any:  # a TrainConfig: treeroll.config is a layer up
+def _swe_run_defaults(config: Any) -> Any:  # Any: a TrainConfig, and config.py is a layer up
     """A turn is a whole tool call (up to 4,096 tokens); PATR looks K = 13 turns ahead on SWE
     tasks, as in the paper (unless set)."""
     rollout, patr = config.rollout, config.strategy.patr
@@ -189,7 +209,7 @@ def _swe_run_defaults(config: Any) -> Any:  # a TrainConfig: treeroll.config is 
     return config
 
 
-register_env("swe", _swe, block="swe", settings=SWESettings, scorer="swe",
+register_env("swe", _swe, block="swe", settings=SWESettings, exclusive=True, scorer="swe",
              actor="swe_scripted", run_defaults=_swe_run_defaults)
 
 
@@ -201,16 +221,7 @@ def _gym(env_config: EnvConfig) -> Callable[[], Env]:
 register_env("gym:", _gym, shown_as="gym:<env id>")
 
 
-def _usable(obj: Any) -> str | None:
-    """Why an entry point's object cannot be an environment (None when it can)."""
-    if not isinstance(obj, EnvSpec):
-        return "a registered environment is a treeroll.envs.EnvSpec"
-    if (obj.block is None) != (obj.settings is None):
-        return "an EnvSpec names its settings block and its dataclass together"
-    return None
-
-
-ENVS.load_entry_points("treeroll.envs", _usable)  # installed packages' own
+ENVS.load_entry_points("treeroll.envs", record=EnvSpec)  # installed packages' own
 
 
 def _blocks() -> dict[str, type]:
@@ -292,9 +303,10 @@ def make_env_factory(env_config: EnvConfig) -> Callable[[], Env]:
 
 def env_problems(env_config: EnvConfig) -> list[tuple[str, str]]:
     """Problems of the ``env`` section's name and family blocks, as ``(dotted setting,
-    message)``: an unknown name; the environment's own block's checks (its ``problems()``);
-    a setting of another family's block that says it is ``exclusive`` (SWE's instances: data
-    another environment would silently not read). Nothing is built."""
+    message)``: an unknown name; the environment's own block's checks (its ``problems()``, if
+    it is :class:`CheckedTogether`); a setting of another family's block whose environment is
+    ``exclusive`` (SWE's instances: data another environment would silently not read). Nothing
+    is built."""
     name = env_config.name
     spec = None
     if ":" not in name or any(name.startswith(p) for p in ENVS if p.endswith(":")):
@@ -309,15 +321,17 @@ def env_problems(env_config: EnvConfig) -> list[tuple[str, str]]:
     for block, settings_type in ENV_BLOCKS.items():
         settings = getattr(env_config, block)
         if block == own:
-            found += [(f"env.{block}.{key}", message)
-                      for key, message in settings.problems()]
+            if isinstance(settings, CheckedTogether):
+                found += [(f"env.{block}.{key}", message)
+                          for key, message in settings.problems()]
             continue
-        if not getattr(settings_type, "exclusive", False):
+        users = [n for n in ENVS if ENVS.get(n).block == block]
+        if not any(ENVS.get(n).exclusive for n in users):
             continue  # tuning another family's block is ignored (a YAML reused with --env.name)
+        defaults = settings_type()
         for item in dataclasses.fields(settings_type):
             value = getattr(settings, item.name)
-            if value != getattr(settings_type(), item.name):
-                users = [n for n in ENVS if ENVS.get(n).block == block]
+            if value != getattr(defaults, item.name):
                 found.append((f"env.{block}.{item.name}", f"is {value!r}; it is for "
                               f"--env.name {' or '.join(users)}, not {name!r}"))
     return found

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from treeroll.base import Env, GridEnv, TurnLimitedEnv, VocabularyEnv
+from treeroll.causal_lm import CausalLM
 from treeroll.formatting import TurnFormat
 from treeroll.policies.lora import (
     is_adapter_folder,
@@ -38,7 +39,12 @@ from treeroll.policies.lora import (
     save_adapter,
     weights_fingerprint,
 )
-from treeroll.policies.model import build_model, build_word_tokenizer, load_policy_files
+from treeroll.policies.model import (
+    ModelConfig,
+    build_model,
+    build_word_tokenizer,
+    load_policy_files,
+)
 from treeroll.views import CELL_WORD_PATTERN, VIEWS
 
 __all__ = ["SHIPPED", "Policy", "adapter_base", "build_policy", "check_context_length",
@@ -59,7 +65,7 @@ _META_FILE = "treeroll.json"
 class Policy:
     """A model, its tokenizer and the observation view it reads."""
 
-    model: Any
+    model: CausalLM
     tokenizer: Any
     view: str = "plain"
     meta: dict[str, Any] = field(default_factory=dict)
@@ -79,7 +85,7 @@ class Policy:
         return sum(p.numel() for p in self.model.parameters())
 
 
-def generation_eos_ids(model: Any) -> tuple[int, ...]:
+def generation_eos_ids(model: CausalLM) -> tuple[int, ...]:
     """``model.generation_config.eos_token_id`` as a tuple (empty when unset)."""
     eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     if eos is None:
@@ -292,7 +298,7 @@ def save_policy(policy: Policy, path: str | Path, *, card: str | None = None,
     return path
 
 
-def build_policy(init: str | None, model_config: Any, view: str | None,
+def build_policy(init: str | None, model_config: ModelConfig, view: str | None,
                  make_env: Callable[[], Env], tokenizer_dir: Path | None = None, *,
                  system_in_user: bool = False) -> Policy:
     """The policy a run starts from: ``init`` (a shipped name or a folder), else a
@@ -335,7 +341,7 @@ def _every_cell_word(size: int) -> str:
                     for row in range(size) for column in range(size))
 
 
-def init_cell_embeddings(model: Any, tokenizer: Any, seed: int = 0) -> None:
+def init_cell_embeddings(model: CausalLM, tokenizer: Any, seed: int = 0) -> None:
     """Give every cell word ``<symbol>@<row>,<column>`` the embedding ``e_symbol + e_row +
     e_column``, so that from the first step the symbol, the row and the column are linear
     features of one token. ``e_symbol`` is random; ``e_row`` and ``e_column`` start on a
@@ -371,7 +377,7 @@ def init_cell_embeddings(model: Any, tokenizer: Any, seed: int = 0) -> None:
                                 + axes["column"][column])
 
 
-def max_positions(model: Any) -> int | None:
+def max_positions(model: CausalLM) -> int | None:
     """The model's ``max_position_embeddings`` (None when its config does not say)."""
     value = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     return int(value) if value else None

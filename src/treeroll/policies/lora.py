@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from treeroll.causal_lm import CausalLM
 from treeroll.checks import checked
 
 __all__ = ["ADAPTER_FILES", "LoraSettings", "add_lora", "is_adapter_folder", "merge_adapter",
@@ -56,7 +57,7 @@ def _peft() -> Any:
     return peft
 
 
-def add_lora(model: Any, settings: LoraSettings) -> Any:
+def add_lora(model: CausalLM, settings: LoraSettings) -> Any:
     """Inject a fresh adapter into ``model`` in place (only its parameters stay trainable)
     and return the ``peft`` wrapper, which :func:`save_adapter` writes; ``model`` itself
     keeps working as before. Refused, naming them, when a target matches no module."""
@@ -86,7 +87,7 @@ def is_adapter_folder(folder: Path) -> bool:
     return (folder / "adapter_config.json").is_file()
 
 
-def merge_adapter(model: Any, folder: Path) -> Any:
+def merge_adapter(model: CausalLM, folder: Path) -> Any:
     """``model`` with the adapter in ``folder`` applied and merged into its weights (a plain
     transformers model again, the adapter's parameters gone)."""
     peft = _peft()
@@ -97,7 +98,7 @@ def merge_adapter(model: Any, folder: Path) -> Any:
     return merged.requires_grad_(True)  # peft froze the base: trainable again, as loaded
 
 
-def weights_fingerprint(model: Any) -> str:
+def weights_fingerprint(model: CausalLM) -> str:
     """A SHA-256 of ``model``'s weights (every state-dict entry's name, dtype, shape and
     values, in name order): an adapter records its base's, so that loading it over another
     model of the same shape (another version of the base) is refused instead of merging into

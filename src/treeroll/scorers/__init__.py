@@ -112,14 +112,12 @@ def build_judge(config: ScorerConfig, *, backend: GenerationBackend | None = Non
         if not path:
             raise ValueError("the judge scorer needs a model: set scorer.judge.model_path to a "
                              "local model directory (or pass backend= and turn_format=)")
-        from types import SimpleNamespace
-
         from treeroll.backends import BackendConfig, make_backend
+        from treeroll.policies import Policy
         from treeroll.policies.model import load_policy_files
 
         model, tokenizer = load_policy_files(path)
-        backend = make_backend(BackendConfig(), SimpleNamespace(model=model.eval(),
-                                                                tokenizer=tokenizer))
+        backend = make_backend(BackendConfig(), Policy(model.eval(), tokenizer))
         turn_format = TurnFormat(tokenizer)
     return JudgeScorer(backend, turn_format)
 
@@ -193,12 +191,7 @@ register_scorer("blend", build_blend, settings=BlendSettings)
 register_scorer("swe", _swe_scorer)
 
 
-def _usable(obj: Any) -> str | None:
-    return None if isinstance(obj, ScorerSpec) else \
-        "a registered scorer is a treeroll.scorers.ScorerSpec"
-
-
-SCORERS.load_entry_points("treeroll.scorers", _usable)  # installed packages' own
+SCORERS.load_entry_points("treeroll.scorers", record=ScorerSpec)  # installed packages' own
 
 SCORER_BLOCKS: dict[str, type] = {
     name: spec.settings for name in SCORERS if (spec := SCORERS.get(name)).settings is not None}

@@ -63,7 +63,7 @@ def _usable(obj: Any) -> str | None:
     return None
 
 
-STRATEGIES.load_entry_points("treeroll.strategies", _usable)  # installed packages' own
+STRATEGIES.load_entry_points("treeroll.strategies", check=_usable)  # installed packages' own
 
 
 @dataclass

@@ -26,9 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+from treeroll.causal_lm import CausalLM
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 __all__ = ["IMPLEMENTATION", "prefix_causal_attention", "tree_attention"]
 
@@ -159,7 +164,7 @@ def _register() -> None:
 
 
 @contextmanager
-def tree_attention(model: Any) -> Iterator[None]:
+def tree_attention(model: CausalLM) -> Iterator[None]:
     """Within the block, ``model`` (and its sub-configs) attend with :func:`attention_forward`.
 
     The previous attention implementation is restored on exit, also on error.
@@ -176,7 +181,7 @@ def tree_attention(model: Any) -> Iterator[None]:
             c._attn_implementation = name
 
 
-def _configs(config: Any) -> list[Any]:
+def _configs(config: PretrainedConfig) -> list[PretrainedConfig]:
     """``config`` and its sub-configs (text/vision configs of composite models)."""
     out = [config]
     for name in getattr(config, "sub_configs", {}) or {}:

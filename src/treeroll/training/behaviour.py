@@ -15,17 +15,19 @@ import copy
 from collections import deque
 from typing import Any
 
+from treeroll.causal_lm import CausalLM
+
 __all__ = ["StaleBehaviour"]
 
 
-def _clone(model: Any) -> dict[str, Any]:
+def _clone(model: CausalLM) -> dict[str, Any]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 class StaleBehaviour:
     """The lagged copy: ``model`` samples; :meth:`after_update` moves it on by one update."""
 
-    def __init__(self, trained: Any, lag: int, history: list[dict[str, Any]] | None = None
+    def __init__(self, trained: CausalLM, lag: int, history: list[dict[str, Any]] | None = None
                  ) -> None:
         if lag < 1:
             raise ValueError(f"a stale behaviour policy needs lag >= 1, got {lag}")
@@ -37,7 +39,7 @@ class StaleBehaviour:
                                                     maxlen=lag + 1)
         self.model.load_state_dict(self.history[0])
 
-    def after_update(self, trained: Any) -> None:
+    def after_update(self, trained: CausalLM) -> None:
         """Record the weights after an update; the behaviour copy takes the weights of
         ``lag`` updates before them (or the oldest it has)."""
         self.history.append(_clone(trained))

@@ -15,7 +15,7 @@ import numpy as np
 
 from treeroll.base import Env, GenerationBackend
 from treeroll.config import HELD_OUT_RESERVED, EvalConfig
-from treeroll.engine.batch import RolloutConfig, rollout
+from treeroll.engine import RolloutConfig, rollout
 from treeroll.envs import EnvConfig
 from treeroll.formatting import TurnFormat
 from treeroll.strategies import Chain

@@ -16,7 +16,7 @@ import contextlib
 import json
 import shutil
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -24,6 +24,10 @@ import torch
 from treeroll.checks import check_duration
 from treeroll.config import as_current, config_to_dict
 from treeroll.training.runfolder import RunFolder, load_checkpoint, save_checkpoint
+
+if TYPE_CHECKING:
+    from treeroll.config import TrainConfig
+    from treeroll.training.sft import SFTConfig
 
 __all__ = ["Lifecycle"]
 
@@ -35,8 +39,8 @@ class Lifecycle:
     settings a resumed run may change; ``extend`` / ``steps`` continue a finished run to more
     steps; ``force`` resumes although other settings differ."""
 
-    def __init__(self, config: Any, *, resumable: tuple[str, ...], extend: bool = False,
-                 steps: int | None = None, force: bool = False) -> None:
+    def __init__(self, config: TrainConfig | SFTConfig, *, resumable: tuple[str, ...],
+                 extend: bool = False, steps: int | None = None, force: bool = False) -> None:
         if config.threads:
             torch.set_num_threads(config.threads)
         self.folder = RunFolder(config.runs_dir, config.name, config.resume or extend,

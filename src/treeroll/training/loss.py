@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 import torch
 
 from treeroll.backends.weights import model_device
+from treeroll.causal_lm import CausalLM
 from treeroll.credit.objectives import LossConfig, policy_loss
 from treeroll.tree import Trajectory
 
@@ -103,7 +103,7 @@ def token_weights(items: Sequence[TrainItem], config: LossConfig) -> list[float]
     return [1.0 / (c * len(items)) for c in counts]
 
 
-def sequence_logprobs(model: Any, sequences: list[list[int]], temperature: float
+def sequence_logprobs(model: CausalLM, sequences: list[list[int]], temperature: float
                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded forward: ``logp[b, t]`` of token ``t + 1`` given ``0..t``; and entropies.
 
@@ -124,8 +124,8 @@ def sequence_logprobs(model: Any, sequences: list[list[int]], temperature: float
     return logp, entropy
 
 
-def expanded_backward(model: Any, items: Sequence[TrainItem], config: LossConfig,
-                      ref_model: Any | None = None) -> dict[str, float]:
+def expanded_backward(model: CausalLM, items: Sequence[TrainItem], config: LossConfig,
+                      ref_model: CausalLM | None = None) -> dict[str, float]:
     """Forward and backward the loss over ``items``, each leaf as its own sequence.
 
     Gradients accumulate in ``model``'s parameters (no optimiser step). Returns metrics.
@@ -152,8 +152,8 @@ def _length(item: TrainItem) -> int:
     return len(item.trajectory.prompt_ids) + len(item.trajectory.response_ids)
 
 
-def _chunk_backward(model: Any, items: list[TrainItem], weights: list[float],
-                    config: LossConfig, ref_model: Any | None,
+def _chunk_backward(model: CausalLM, items: list[TrainItem], weights: list[float],
+                    config: LossConfig, ref_model: CausalLM | None,
                     metrics: dict[str, float]) -> None:
     sequences = [it.trajectory.prompt_ids + it.trajectory.response_ids for it in items]
     logp, entropy = sequence_logprobs(model, sequences, config.temperature)

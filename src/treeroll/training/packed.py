@@ -44,12 +44,12 @@ import inspect
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
 
 from treeroll.backends.weights import model_device
+from treeroll.causal_lm import CausalLM
 from treeroll.credit.objectives import policy_loss
 from treeroll.heads import HeadReshaped, check_logits, head_at
 from treeroll.training import attention
@@ -65,7 +65,7 @@ class PackingUnsupported(RuntimeError):
     through transformers' attention interface); nothing was changed but accumulated grads."""
 
 
-def unsupported_reason(model: Any) -> str | None:
+def unsupported_reason(model: CausalLM) -> str | None:
     """Why ``model`` cannot be tree-packed, or None when it can.
 
     Packing needs a decoder-only transformers model whose forward takes ``cache`` (a
@@ -94,7 +94,7 @@ def unsupported_reason(model: Any) -> str | None:
     return None
 
 
-def supports_packing(model: Any) -> bool:
+def supports_packing(model: CausalLM) -> bool:
     """Whether :func:`packed_backward` can train ``model`` (see :func:`unsupported_reason`)."""
     return unsupported_reason(model) is None
 
@@ -178,8 +178,8 @@ class _Trie:
         return roots
 
 
-def packed_backward(model: Any, items: Sequence[TrainItem], config: LossConfig,
-                    ref_model: Any | None = None, *,
+def packed_backward(model: CausalLM, items: Sequence[TrainItem], config: LossConfig,
+                    ref_model: CausalLM | None = None, *,
                     max_packed_tokens: int | None = None) -> dict[str, float]:
     """Forward and backward the loss over ``items``, each unique token of each group once.
 
@@ -195,9 +195,9 @@ def packed_backward(model: Any, items: Sequence[TrainItem], config: LossConfig,
     for item, weight in zip(items, weights, strict=True):
         tries.setdefault(item.trajectory.group_id, _Trie()).insert(item, weight)
     roots = [s for trie in tries.values() for s in trie.segments(budget)]
-    use_ref = ref_model is not None and bool(config.kl_coef)
-    run = _Run(model, ref_model if use_ref else None, config, budget)
-    with tree_attention(model), (tree_attention(ref_model) if use_ref else nullcontext()):
+    ref = ref_model if config.kl_coef else None
+    run = _Run(model, ref, config, budget)
+    with tree_attention(model), (tree_attention(ref) if ref is not None else nullcontext()):
         for batch in _plan([(segment, 0) for segment in roots], budget,
                            _keys_per_token(model)):
             run.call([segment for segment, _ in batch], None, None, None)
@@ -222,7 +222,7 @@ default local model on 2 CPU threads: ~4 ms per call, ~23 us per token). It only
 segments are grouped into calls; any grouping gives the same result."""
 
 
-def _keys_per_token(model: Any) -> float:
+def _keys_per_token(model: CausalLM) -> float:
     """How many attended keys cost as much as one token's projections and MLP (~12 x hidden)."""
     hidden = getattr(model.config.get_text_config(decoder=True), "hidden_size", 64)
     return 12.0 * float(hidden)
@@ -265,7 +265,7 @@ KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer [batch, heads, keys, h
 class _Run:
     """Depth-first forward/backward over the segment forest, batching across parents."""
 
-    def __init__(self, model: Any, ref_model: Any | None, config: LossConfig,
+    def __init__(self, model: CausalLM, ref_model: CausalLM | None, config: LossConfig,
                  budget: int) -> None:
         self.model = model
         self.ref_model = ref_model
@@ -400,7 +400,7 @@ def _gather(layers: KV, rows: np.ndarray, index: torch.Tensor) -> KV:
              v[select, :, index].transpose(1, 2).contiguous()) for k, v in layers]
 
 
-def _forward(model: Any, ids: torch.Tensor, positions: torch.Tensor, past: KV | None,
+def _forward(model: CausalLM, ids: torch.Tensor, positions: torch.Tensor, past: KV | None,
              temperature: float, extra: dict[str, torch.Tensor], rows: torch.Tensor,
              cols: torch.Tensor, bfloat16: bool = False) -> tuple[torch.Tensor, KV]:
     """Log-probabilities ``[predictions, vocab]`` at the positions ``(rows, cols)`` that

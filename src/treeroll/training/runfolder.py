@@ -17,6 +17,8 @@ import numpy as np
 import torch
 import yaml
 
+from treeroll.causal_lm import CausalLM
+
 __all__ = [
     "RunFolder",
     "append_jsonl",
@@ -220,7 +222,7 @@ def move_aside(path: Path) -> None:
     path.replace(path.with_name(f"{path.name}.old{number}"))
 
 
-def check_state_fits(model: torch.nn.Module, state: dict[str, Any], source: Path) -> None:
+def check_state_fits(model: CausalLM, state: dict[str, Any], source: Path) -> None:
     """Raise a clear error, before any work, when a checkpoint's weights do not fit
     ``model`` (other parameter names or shapes): name the first few that differ."""
     own = model.state_dict()

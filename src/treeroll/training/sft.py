@@ -20,15 +20,15 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 from treeroll.backends.weights import model_device
+from treeroll.causal_lm import CausalLM
 from treeroll.checks import checked
 from treeroll.config import EvalConfig, PolicyConfig
-from treeroll.engine.batch import RolloutConfig
+from treeroll.engine import RolloutConfig
 from treeroll.envs import EnvConfig
 from treeroll.heads import check_logits, head_at
 from treeroll.training.sft_data import SFTExample, batches_by_tokens
@@ -157,12 +157,12 @@ class SFTConfig:
 
 
 
-def trainable_parameters(model: Any) -> list[torch.nn.Parameter]:
+def trainable_parameters(model: CausalLM) -> list[torch.nn.Parameter]:
     """``model``'s parameters that train (all but a frozen base under a LoRA adapter)."""
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def adamw(model: Any, lr: float, weight_decay: float) -> torch.optim.AdamW:
+def adamw(model: CausalLM, lr: float, weight_decay: float) -> torch.optim.AdamW:
     """AdamW over ``model``'s trainable parameters (a LoRA adapter's alone over a frozen base),
     fused (one kernel over all of them: on two CPU
     cores a step over SmolLM2-135M's parameters takes ~1.3 s fused against ~10 s with the
@@ -185,7 +185,7 @@ def lr_factor(step: int, config: SFTOptimConfig) -> float:
                                                                                  * progress))
 
 
-def sft_loss(model: Any, examples: list[SFTExample], pad_token_id: int = 0,
+def sft_loss(model: CausalLM, examples: list[SFTExample], pad_token_id: int = 0,
              normaliser: int | None = None) -> tuple[torch.Tensor, int]:
     """Summed cross-entropy of ``model`` on the masked tokens of ``examples`` (one padded
     forward pass), divided by ``normaliser`` (default: the number of masked tokens); returns
@@ -225,8 +225,8 @@ class SFTState:
         return np.random.default_rng([self.seed, step])
 
 
-def sft_steps(model: Any, optimizer: Any, batches: Callable[[np.random.Generator],
-                                                            list[SFTExample]],
+def sft_steps(model: CausalLM, optimizer: torch.optim.Optimizer,
+              batches: Callable[[np.random.Generator], list[SFTExample]],
               config: SFTOptimConfig, state: SFTState, *, pad_token_id: int = 0,
               until: int | None = None) -> Iterator[dict[str, float]]:
     """Optimiser steps from ``state.step`` up to ``until`` (default ``config.steps``), one

@@ -20,6 +20,7 @@ import torch
 
 from treeroll.backends import BackendConfig, make_backend
 from treeroll.base import Env, ExpertEnv
+from treeroll.causal_lm import CausalLM
 from treeroll.checks import ConfigError
 from treeroll.config import PolicyConfig, check_config, config_to_dict
 from treeroll.envs import make_env_factory
@@ -245,7 +246,7 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
                    fingerprint)
 
 
-def _weights(model: Any, adapter: bool) -> dict[str, torch.Tensor]:
+def _weights(model: CausalLM, adapter: bool) -> dict[str, torch.Tensor]:
     """What a checkpoint keeps of the model: every weight, or with an adapter only the
     adapter's (trainable) ones, the base being rebuilt from ``policy.init`` on resume (a few
     megabytes a checkpoint for SmolLM2 instead of half a gigabyte)."""
@@ -254,7 +255,7 @@ def _weights(model: Any, adapter: bool) -> dict[str, torch.Tensor]:
     return {name: p.detach() for name, p in model.named_parameters() if p.requires_grad}
 
 
-def _load_weights(model: Any, state: dict[str, torch.Tensor], adapter: bool) -> None:
+def _load_weights(model: CausalLM, state: dict[str, torch.Tensor], adapter: bool) -> None:
     """Load what :func:`_weights` kept; a checkpoint holding other weights than the ones it
     should (a run resumed with or without an adapter it did not have) is refused by name."""
     if not adapter:
@@ -280,7 +281,7 @@ def _resumable_changes(config: SFTConfig) -> tuple[str, ...]:
             "resume")
 
 
-def _loop(config: SFTConfig, folder: RunFolder, model: Any, optimizer: Any,
+def _loop(config: SFTConfig, folder: RunFolder, model: CausalLM, optimizer: torch.optim.Optimizer,
           batches: Callable[[np.random.Generator], list[SFTExample]], state: SFTState,
           summary: dict[str, Any], held_out_eval: Callable[[int], dict[str, float]],
           checkpoint: Callable[[], None], pad_token_id: int, reporter: Reporter) -> None:

@@ -22,7 +22,13 @@ import torch
 
 from treeroll.assemble import assemble
 from treeroll.backends import sync_weights
-from treeroll.base import BatchAdvantageEstimator, LearningScorer, plugin_name
+from treeroll.base import (
+    AdvantageEstimator,
+    BatchAdvantageEstimator,
+    LearningScorer,
+    plugin_name,
+)
+from treeroll.causal_lm import CausalLM
 from treeroll.config import TrainConfig, check_config
 from treeroll.credit.estimators import token_credit, weighted
 from treeroll.engine.batch import count_status, rollout
@@ -309,7 +315,8 @@ class _Run:
                                      "loss": record.get("loss", 0.0)})
 
 
-def _train_items(trees: list[RolloutTree], estimator: Any, drop_zero_variance: bool
+def _train_items(trees: list[RolloutTree],
+                 estimator: AdvantageEstimator | BatchAdvantageEstimator, drop_zero_variance: bool
                  ) -> list[TrainItem]:
     kept = []
     for tree in trees:
@@ -329,8 +336,9 @@ def _train_items(trees: list[RolloutTree], estimator: Any, drop_zero_variance: b
     return items
 
 
-def _update(model: Any, optimizer: Any, items: list[TrainItem], config: TrainConfig,
-            ref_model: Any, rng: np.random.Generator) -> dict[str, float]:
+def _update(model: CausalLM, optimizer: torch.optim.Optimizer, items: list[TrainItem],
+            config: TrainConfig, ref_model: CausalLM | None, rng: np.random.Generator
+            ) -> dict[str, float]:
     """PPO epochs over ``items`` in minibatches of whole task groups (a tree's leaves stay
     together: packing forwards their shared prefixes once); as many minibatches per epoch as
     ``optim.minibatches`` asks, at most one per group, each one optimiser step (one per turn

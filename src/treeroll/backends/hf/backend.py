@@ -47,6 +47,7 @@ from treeroll.backends.hf.decode import DecodeBatch, Prefilled, _Row
 from treeroll.backends.hf.kv_trie import KV, KVTrie
 from treeroll.backends.weights import model_device, take_weights
 from treeroll.base import Completion, GenerationRequest, SamplingParams
+from treeroll.causal_lm import CausalLM
 from treeroll.heads import check_logits, head_at, head_at_works
 
 __all__ = ["HFBackend"]
@@ -67,7 +68,7 @@ class HFBackend:
     policy, about 12 KiB for a 0.5B Qwen).
     """
 
-    def __init__(self, model: Any, *, max_batch_size: int = 64, use_prefix_cache: bool = True,
+    def __init__(self, model: CausalLM, *, max_batch_size: int = 64, use_prefix_cache: bool = True,
                  max_cached_tokens: int = 262_144, pad_token_id: int = 0,
                  keep_logits: bool = True, max_kept_logits: int = 131_072,
                  max_kept_logits_bytes: int = 256 * 2**20, replay: bool = True,

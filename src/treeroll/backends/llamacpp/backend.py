@@ -40,6 +40,7 @@ from treeroll.backends.llamacpp.gguf import export_gguf
 from treeroll.backends.llamacpp.server import LlamaServer, server_binary, source_dir
 from treeroll.backends.weights import take_weights
 from treeroll.base import Completion, GenerationRequest, SamplingParams
+from treeroll.causal_lm import CausalLM, PolicyParts
 
 __all__ = ["LlamaCppBackend", "ManagedLlamaCpp", "managed", "remote"]
 
@@ -232,7 +233,7 @@ class ManagedLlamaCpp(LlamaCppBackend):
     model's float32 weights.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, workdir: str | Path | None = None,
+    def __init__(self, model: CausalLM, tokenizer: Any, *, workdir: str | Path | None = None,
                  slots: int = 8, ctx_per_slot: int = 2048, threads: int = 2,
                  cache_ram_mib: int = 1024, share_prompts: bool = False,
                  timeout: float = 600.0, gguf: str | Path | None = None) -> None:
@@ -291,7 +292,7 @@ class ManagedLlamaCpp(LlamaCppBackend):
         self.close()
 
 
-def managed(policy: Any, **options: Any) -> ManagedLlamaCpp:
+def managed(policy: PolicyParts, **options: Any) -> ManagedLlamaCpp:
     """``--backend.name treeroll.backends.llamacpp:managed``: a llama.cpp server started for
     the policy (``--backend.options slots 8 threads 2 ...``). A registry policy's own GGUF
     (``treeroll.json``'s ``gguf``) is served as it is until the first update unless
@@ -306,7 +307,7 @@ def managed(policy: Any, **options: Any) -> ManagedLlamaCpp:
     return ManagedLlamaCpp(policy.model, policy.tokenizer, **options)
 
 
-def remote(policy: Any, url: str, **options: Any) -> LlamaCppBackend:
+def remote(policy: PolicyParts, url: str, **options: Any) -> LlamaCppBackend:
     """``--backend.name treeroll.backends.llamacpp:remote --backend.options url URL``: a
     llama.cpp server already running at ``url``, serving the policy's weights."""
     return LlamaCppBackend(url, eog_token_ids=(int(policy.tokenizer.eos_token_id),),

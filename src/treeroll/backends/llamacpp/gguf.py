@@ -24,6 +24,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from treeroll.causal_lm import CausalLM
+
 __all__ = ["byte_alphabet", "export_gguf", "load_gguf_module"]
 
 
@@ -70,7 +72,7 @@ _LAYER_NAMES = {
 }
 
 
-def _tensors(model: Any) -> dict[str, Any]:
+def _tensors(model: CausalLM) -> dict[str, Any]:
     """GGUF tensor name -> float32 array, for a ``LlamaForCausalLM``."""
     config = model.config
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
@@ -98,7 +100,7 @@ def _tensors(model: Any) -> dict[str, Any]:
     return out
 
 
-def export_gguf(model: Any, tokenizer: Any, path: str | Path, *,
+def export_gguf(model: CausalLM, tokenizer: Any, path: str | Path, *,
                 gguf_source: Path | None = None, name: str = "treeroll-policy") -> Path:
     """Write ``model`` (a transformers ``LlamaForCausalLM``) and ``tokenizer``'s vocabulary
     as a float32 GGUF file at ``path``; return the path.
