@@ -59,7 +59,7 @@ from typing import Any
 
 import yaml
 
-from treeroll.views import VIEWS, cell_coordinates_compact
+from treeroll.views import CELL_WORD_PATTERN, VIEWS, View, cell_coordinates_compact, cell_words
 
 ROOT = Path(__file__).resolve().parent.parent
 _NEIGHBOURS = ((-1, 0), (1, 0), (0, -1), (0, 1))
@@ -196,7 +196,8 @@ def main() -> None:
     args = parser.parse_args()
     view, function = PROBE_VIEWS[args.view]
     if view not in VIEWS:  # the package ships the safe view since the probe found it
-        VIEWS.register(view, function)
+        VIEWS.register(view, View(function, words=cell_words, word_pattern=CELL_WORD_PATTERN,
+                                  coordinate_words=True))
     if args.explain_safe:
         if args.view != "safe":
             parser.error("--explain-safe copies the safe view's list: use it with --view safe")

@@ -159,14 +159,16 @@ def test_the_checks_catch_an_upward_import_and_a_circle():
 
 
 def _protocol_members() -> set[str]:
-    """Every member name a protocol of ``treeroll.base`` / ``treeroll.environment`` declares."""
+    """Every member name a plug-in protocol declares: ``treeroll.base`` /
+    ``treeroll.environment``'s, and those a consumer asks of an environment where it lives
+    (``treeroll.policies.VocabularyEnv``, ``treeroll.views.GridEnv``)."""
     import inspect
     import typing
 
-    from treeroll import base, environment
+    from treeroll import base, environment, policies, views
 
     names: set[str] = set()
-    for module in (base, environment):
+    for module in (base, environment, policies, views):
         for _, obj in inspect.getmembers(module, inspect.isclass):
             if getattr(obj, "_is_protocol", False) and obj.__module__ == module.__name__:
                 names |= set(typing.get_type_hints(obj)) | {
@@ -192,7 +194,8 @@ def attribute_probes(members: set[str]) -> list[str]:
 
 def test_plugins_are_not_probed_for_protocol_members_by_name():
     members = _protocol_members()
-    assert {"observe", "vocabulary_texts", "example_reply", "turn_limit", "name"} <= members
+    assert {"observe", "vocabulary_texts", "example_reply", "turn_limit", "name",
+            "largest_side"} <= members
     assert attribute_probes(members) == []
 
 

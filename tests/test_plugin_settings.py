@@ -42,8 +42,10 @@ def test_the_policy_loss_comes_from_its_registry_and_an_unknown_one_is_refused()
 
 
 def test_optional_capabilities_are_declared_protocols():
-    from treeroll.base import GridEnv, TurnLimitedEnv, VocabularyEnv
+    from treeroll.base import TurnLimitedEnv
     from treeroll.envs import make_frozenlake
+    from treeroll.policies import VocabularyEnv
+    from treeroll.views import GridEnv
 
     env = make_frozenlake("rllm", size_max=5)
     env.reset(0)

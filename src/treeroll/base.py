@@ -28,10 +28,8 @@ from treeroll.environment import (
     ExampleEnv,
     ExpertEnv,
     ExpertReply,
-    GridEnv,
     StepResult,
     TurnLimitedEnv,
-    VocabularyEnv,
 )
 
 if TYPE_CHECKING:
@@ -51,7 +49,6 @@ __all__ = [
     "FinishingStrategy",
     "GenerationBackend",
     "GenerationRequest",
-    "GridEnv",
     "LearningScorer",
     "Named",
     "ProcessScorer",
@@ -68,7 +65,6 @@ __all__ = [
     "TurnLimitedEnv",
     "UnitStrategy",
     "UpdatableBackend",
-    "VocabularyEnv",
     "plugin_name",
     "tree_state",
 ]

@@ -11,8 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Env", "ExampleEnv", "ExpertEnv", "ExpertReply", "GridEnv", "StepResult",
-           "TurnLimitedEnv", "VocabularyEnv"]
+__all__ = ["Env", "ExampleEnv", "ExpertEnv", "ExpertReply", "StepResult", "TurnLimitedEnv"]
 
 
 StepResult = tuple[str, float, bool, bool, dict[str, Any]]
@@ -89,27 +88,6 @@ class TurnLimitedEnv(Env, Protocol):
     @property
     def turn_limit(self) -> int:
         """The most turns the current episode may take."""
-        ...
-
-
-@runtime_checkable
-class VocabularyEnv(Env, Protocol):
-    """An :class:`Env` that can list texts covering its vocabulary (optional: a from-scratch
-    policy builds its word-level tokenizer from them)."""
-
-    def vocabulary_texts(self) -> list[str]:
-        """Prompts and observations covering every word the environment writes."""
-        ...
-
-
-@runtime_checkable
-class GridEnv(Env, Protocol):
-    """An :class:`Env` on square maps (optional: the ``cell_coordinates`` view adds a word
-    per cell of the largest map to a from-scratch tokenizer)."""
-
-    @property
-    def largest_side(self) -> int:
-        """The side of the largest map the environment draws."""
         ...
 
 

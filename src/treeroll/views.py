@@ -38,15 +38,52 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from treeroll.registry import Registry
 
-__all__ = ["CELL_WORD_PATTERN", "VIEWS", "ObservationView", "cell_coordinates",
-           "cell_coordinates_compact", "cell_coordinates_safe", "plain"]
+__all__ = ["CELL_WORD_PATTERN", "VIEWS", "GridEnv", "ObservationView", "View", "cell_coordinates",
+           "cell_coordinates_compact", "cell_coordinates_safe", "cell_words", "plain"]
 
 ObservationView = Callable[[str, bool], str]
 """Maps an observation text (and whether it is the task's first) to the text the policy
 reads."""
+
+
+@dataclass(frozen=True)
+class View:
+    """An observation view's registration record: the view itself (the record is called as
+    the view is) and what a from-scratch policy needs to read through it."""
+
+    observe: ObservationView
+    words: Callable[[object], str] | None = None
+    """Given the environment, a text of the words the view writes that the environment's own
+    texts may not show (every cell word of its largest map), added to a from-scratch word
+    tokenizer; None: the environment's texts seen through the view hold every word."""
+    word_pattern: str | None = None
+    """A regex of those words: a word-level tokenizer keeps each one whole."""
+    coordinate_words: bool = False
+    """Its words are ``<symbol>@<row>,<column>``: a from-scratch model starts them on
+    embeddings where the row and the column are linear features
+    (:func:`treeroll.policies.init_cell_embeddings`)."""
+
+    def __call__(self, text: str, first: bool = True) -> str:
+        """The text the policy reads for observation ``text``."""
+        return self.observe(text, first)
+
+
+@runtime_checkable
+class GridEnv(Protocol):
+    """What the cell views ask of an environment, optionally: the side of the largest square
+    map it draws, so that a from-scratch tokenizer holds a word for every cell
+    (:func:`cell_words`). FrozenLake has it; for an environment without it, 9 (rLLM's
+    largest) is assumed."""
+
+    @property
+    def largest_side(self) -> int:
+        """The side of the largest map the environment draws."""
+        ...
 
 _CELLS = "_POGX\u221a"
 _RLLM_ROW = re.compile(rf"^[{_CELLS}](?:  [{_CELLS}])+$")
@@ -148,8 +185,19 @@ def cell_coordinates_safe(text: str, first: bool = True) -> str:
 _CELL_WORD = re.compile(CELL_WORD_PATTERN)
 _PLAYER = "PX\u221a"
 
-VIEWS: Registry[ObservationView] = Registry("observation view")
-VIEWS.register("plain", plain)
-VIEWS.register("cell_coordinates", cell_coordinates)
-VIEWS.register("cell_coordinates_compact", cell_coordinates_compact)
-VIEWS.register("cell_coordinates_safe", cell_coordinates_safe)
+def cell_words(env: object) -> str:
+    """Every cell word ``<symbol>@<row>,<column>`` of the largest map ``env`` draws (a
+    :class:`GridEnv`'s ``largest_side``; 9 for an environment that does not say)."""
+    side = int(env.largest_side) if isinstance(env, GridEnv) else 9
+    return " ".join(f"{cell}@{row},{column}" for cell in _CELLS
+                    for row in range(side) for column in range(side))
+
+
+VIEWS: Registry[View] = Registry("observation view")
+"""View name -> :class:`View`."""
+VIEWS.register("plain", View(plain))
+for _name, _view in (("cell_coordinates", cell_coordinates),
+                     ("cell_coordinates_compact", cell_coordinates_compact),
+                     ("cell_coordinates_safe", cell_coordinates_safe)):
+    VIEWS.register(_name, View(_view, words=cell_words, word_pattern=CELL_WORD_PATTERN,
+                               coordinate_words=True))

@@ -26,11 +26,11 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from treeroll.base import Env, GridEnv, TurnLimitedEnv, VocabularyEnv
+from treeroll.base import Env, TurnLimitedEnv
 from treeroll.causal_lm import CausalLM
 from treeroll.formatting import TurnFormat
 from treeroll.policies.lora import (
@@ -45,11 +45,12 @@ from treeroll.policies.model import (
     build_word_tokenizer,
     load_policy_files,
 )
-from treeroll.views import CELL_WORD_PATTERN, VIEWS
+from treeroll.views import VIEWS
 
-__all__ = ["SHIPPED", "Policy", "adapter_base", "build_policy", "check_context_length",
-           "check_policy_files", "has_policy", "load_policy", "longest_context", "max_positions",
-           "policy_defaults", "resolve_policy", "save_policy", "shipped_policies"]
+__all__ = ["SHIPPED", "Policy", "VocabularyEnv", "adapter_base", "build_policy",
+           "check_context_length", "check_policy_files", "has_policy", "load_policy",
+           "longest_context", "max_positions", "policy_defaults", "resolve_policy",
+           "save_policy", "shipped_policies"]
 
 
 SHIPPED = ("frozenlake-tiny", "smollm2-frozenlake")
@@ -59,6 +60,17 @@ _RECIPES = {"frozenlake-tiny": "configs/sft_frozenlake.yaml",
 """The config that remakes each shipped policy (``treeroll sft --config ...``)."""
 
 _META_FILE = "treeroll.json"
+
+
+@runtime_checkable
+class VocabularyEnv(Env, Protocol):
+    """What a from-scratch policy asks of its environment: texts covering every word it
+    writes (prompts and observations), from which its word-level tokenizer is built. Without
+    it, a run starts from a policy folder (``--policy.init``)."""
+
+    def vocabulary_texts(self) -> list[str]:
+        """Prompts and observations covering every word the environment writes."""
+        ...
 
 
 @dataclass
@@ -321,24 +333,14 @@ def build_policy(init: str | None, model_config: ModelConfig, view: str | None,
             raise ValueError("the environment has no vocabulary_texts(); pass policy.init "
                              "with a policy folder of your own")
         texts = [observe(text, True) for text in texts]
-        extra = None
-        if view.startswith("cell_coordinates"):
-            # every cell word of the largest map this environment draws (FrozenLake's
-            # size_max; 9, rLLM's largest, for an environment that does not say)
-            side = env.largest_side if isinstance(env, GridEnv) else 9
-            texts += [_every_cell_word(int(side))]
-            extra = CELL_WORD_PATTERN
-        tokenizer = build_word_tokenizer(texts, extra_pattern=extra)
+        if observe.words is not None:  # the view's words the texts may not show
+            texts.append(observe.words(env))
+        tokenizer = build_word_tokenizer(texts, extra_pattern=observe.word_pattern)
     model = build_model(len(tokenizer), model_config, pad_token_id=tokenizer.pad_token_id,
                         eos_token_id=tokenizer.eos_token_id)
-    if view.startswith("cell_coordinates"):
+    if observe.coordinate_words:
         init_cell_embeddings(model, tokenizer, seed=model_config.seed)
     return Policy(model, tokenizer, view, system_in_user=system_in_user)
-
-
-def _every_cell_word(size: int) -> str:
-    return " ".join(f"{cell}@{row},{column}" for cell in "_POGX\u221a"
-                    for row in range(size) for column in range(size))
 
 
 def init_cell_embeddings(model: CausalLM, tokenizer: Any, seed: int = 0) -> None:
