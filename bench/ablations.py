@@ -37,10 +37,10 @@ from typing import Any
 
 from treeroll.cli.compare import (
     CompareConfig,
-    _run_config,  # the comparison's own run settings, so a variant differs in one thing
-    _settings_changed,
-    _train_side_by_side,
+    arm_config,  # the comparison's own run settings, so a variant differs in one thing
     run_compare,
+    settings_changed,
+    train_side_by_side,
 )
 from treeroll.config import check_config, load_config, merged_config
 from treeroll.training.runfolder import finished_steps
@@ -79,16 +79,16 @@ def main() -> None:
     base = load_config(args.config, CompareConfig)
     names = args.only or list(VARIANTS)
     configs = {name: variant_config(base, name) for name in names}
-    runs = [_run_config(c, c.strategies[0], seed) for c in configs.values() for seed in c.seeds]
+    runs = [arm_config(c, c.strategies[0], seed) for c in configs.values() for seed in c.seeds]
     for run in runs:  # every run's settings, before the first one trains
         check_config(run)
-    stale = [problem for run in runs for problem in _settings_changed(run)]
+    stale = [problem for run in runs for problem in settings_changed(run)]
     if stale:
         parser.error("reports/ablations holds runs made with other settings: "
                      + "; ".join(stale[:4]) + ". Move that folder aside first")
     todo = [r for r in runs if finished_steps(Path(r.runs_dir) / r.name) is None]
     if todo:
-        _train_side_by_side(todo, base.jobs, None)
+        train_side_by_side(todo, base.jobs, None)
     out: dict[str, Any] = {"config": Path(args.config).name, "seeds": list(base.seeds[:3]),
                            "steps": base.base.optim.steps, "token_budget": base.token_budget}
     for name, config in configs.items():

@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from treeroll.assemble import assemble
-from treeroll.cli.compare import CompareConfig, _run_config
+from treeroll.cli.compare import CompareConfig, arm_config
 from treeroll.config import load_config
 from treeroll.engine import rollout
 from treeroll.policies import load_policy
@@ -125,7 +125,7 @@ def main() -> None:
     start = time.perf_counter()
     compare = load_config(args.config, CompareConfig)
     policy = load_policy(compare.base.policy.init or "frozenlake-tiny")
-    runs = {arm: replace(_run_config(compare, arm, 0), threads=args.threads) for arm in ARMS}
+    runs = {arm: replace(arm_config(compare, arm, 0), threads=args.threads) for arm in ARMS}
     train, _ = task_pools(runs["chain"].env, runs["chain"].eval)
     tasks = [int(s) for s in train[:args.tasks]]
     chain = runs["chain"]

@@ -102,7 +102,7 @@ def _gym_step(reply: str) -> Any:
 
 
 def _swe_parse(convention: str) -> Callable[[str], Any]:
-    from treeroll.envs.swe.env import parse_action
+    from treeroll.envs.swe.actions import parse_action
 
     def parse(reply: str) -> Any:
         parsed = parse_action(reply, convention)

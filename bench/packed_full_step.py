@@ -4,7 +4,7 @@
 times whole training steps as the default config (`configs/frozenlake_rllm.yaml`, rLLM's
 FrozenLake convention: Tree-GRPO M=4 N=2 L=1, 8 tasks per step, 2 threads) runs them: the
 same policy building and format warm start, then ``--steps`` steps of rollout followed by the
-trainer's own update (``_update``: PPO epochs, minibatches, gradient clipping, AdamW step),
+trainer's own update (``ppo_update``: PPO epochs, minibatches, gradient clipping, AdamW step),
 once with ``optim.packed`` on and once off, on copies of the same model and optimiser and the
 same items, the order alternating per step. Training continues from the packed copy. Both
 updates must reach the same weights (checked); the seconds are summed over the steps.
@@ -39,7 +39,7 @@ from treeroll.envs import make_env_factory
 from treeroll.strategies import Chain, StrategyConfig, make_strategy
 from treeroll.training.evaluation import task_pools
 from treeroll.training.packed import unique_tokens
-from treeroll.training.trainer import _train_items, _update
+from treeroll.training.trainer import ppo_update, train_items
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "frozenlake_rllm.yaml"
 
@@ -78,7 +78,7 @@ def main() -> None:
                         config=config.rollout, seed=int(rng.integers(2**62)),
                         first_group_id=step * config.optim.tasks_per_step)
         seconds["rollout"] += time.perf_counter() - tick
-        items = _train_items(batch.trees, estimator, config.optim.drop_zero_variance)
+        items = train_items(batch.trees, estimator, config.optim.drop_zero_variance)
         tokens["expanded"] += sum(len(i.trajectory.prompt_ids) + len(i.trajectory.response_ids)
                                   for i in items)
         tokens["packed"] += unique_tokens(items)
@@ -91,7 +91,7 @@ def main() -> None:
                                                weight_decay=config.optim.weight_decay)
             copy_optimizer.load_state_dict(optimizer.state_dict())
             tick = time.perf_counter()
-            metrics = _update(copy_model, copy_optimizer, items, variants[name], None,
+            metrics = ppo_update(copy_model, copy_optimizer, items, variants[name], None,
                               np.random.default_rng(update_seed))
             seconds[name] += time.perf_counter() - tick
             results[name] = (copy_model, copy_optimizer, metrics)

@@ -29,9 +29,10 @@ from typing import Any
 import torch
 
 from treeroll.backends.hf import HFBackend
+from treeroll.base import StepResult
 from treeroll.config import load_config
 from treeroll.envs import make_env_factory
-from treeroll.envs.frozenlake import FrozenLakeEnv, StepResult
+from treeroll.envs.frozenlake import FrozenLakeEnv
 from treeroll.envs.frozenlake_maps import ACTION_NAMES, HOLE
 from treeroll.policies import load_policy
 from treeroll.training.evaluation import evaluate, task_pools

@@ -290,13 +290,13 @@ def resumed(config: Any, run: Any) -> tuple[dict[str, Any], bool]:
 
 def trained(args: argparse.Namespace) -> dict[str, Any]:
     """SFT then RL from the SFT policy (:func:`rl_run`), with their figures and minutes."""
-    from treeroll.cli.commands import _parse
+    from treeroll.cli.commands import parse_settings
     from treeroll.training.sft import SFTConfig
     from treeroll.training.sft_run import run_sft
 
     runs = str(Path(args.runs_dir))
-    sft_config = _parse(SFTConfig, ["--config", "configs/smollm2_sft.yaml", "--runs-dir", runs],
-                        "", command="sft")
+    sft_config = parse_settings(SFTConfig, ["--config", "configs/smollm2_sft.yaml",
+                                            "--runs-dir", runs], "", command="sft")
     start = time.perf_counter()
     sft, earlier = resumed(sft_config, run_sft)
     sft_minutes = (time.perf_counter() - start) / 60
@@ -318,13 +318,14 @@ def rl_run(args: argparse.Namespace, init: str | None = None) -> dict[str, Any]:
     unless ``init`` names another): held-out success before and after, the minutes (in all,
     and of the steps alone), and per
     step the rollout and update seconds, the tokens and the groups with a signal."""
-    from treeroll.cli.commands import _parse
+    from treeroll.cli.commands import parse_settings
     from treeroll.training.trainer import train
 
     runs = str(Path(args.runs_dir))
-    rl_config = _parse(TrainConfig, ["--config", "configs/smollm2_rl.yaml", "--runs-dir", runs,
-                                     *(["--policy.init", init] if init else [])],
-                       "", command="train")
+    rl_config = parse_settings(TrainConfig, ["--config", "configs/smollm2_rl.yaml",
+                                             "--runs-dir", runs,
+                                             *(["--policy.init", init] if init else [])],
+                               "", command="train")
     start = time.perf_counter()
     rl, earlier = resumed(rl_config, train)
     rl_minutes = (time.perf_counter() - start) / 60

@@ -310,7 +310,7 @@ def test_help_lists_config_without_markup_and_errors_name_the_command(capsys) ->
 
 
 def test_policy_is_spelled_the_same_in_every_command() -> None:
-    from treeroll.cli.commands import _parse, _policy_spelling
+    from treeroll.cli.commands import _policy_spelling, parse_settings
     from treeroll.cli.compare import CompareConfig
     from treeroll.config import TrainConfig
 
@@ -320,7 +320,7 @@ def test_policy_is_spelled_the_same_in_every_command() -> None:
     assert _policy_spelling("compare", ["--policy", "p"]) == ["--base.policy.init", "p"]
     assert _policy_spelling("eval", ["--policy.init", "p"]) == ["--policy", "p"]
     assert _policy_spelling("show", ["--policy", "p"]) == ["--policy", "p"]
-    assert _parse(TrainConfig, ["--policy", "my_folder"], "", command="train").policy.init \
+    assert parse_settings(TrainConfig, ["--policy", "my_folder"], "", command="train").policy.init \
         == "my_folder"
-    assert _parse(CompareConfig, ["--policy", "f"], "", command="compare").base.policy.init \
-        == "f"
+    compare = parse_settings(CompareConfig, ["--policy", "f"], "", command="compare")
+    assert compare.base.policy.init == "f"

@@ -207,3 +207,41 @@ def test_no_module_of_the_package_is_over_the_line_limit():
     long = {str(path.relative_to(SRC)): n for path in sorted(SRC.rglob("*.py"))
             if (n := len(path.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines (split them): {long}"
+
+
+def private_imports(folder: Path) -> list[str]:
+    """``file: module.name`` for each treeroll name a script under ``folder`` imports that
+    its module does not offer: a name with a leading underscore, or one missing from the
+    module's ``__all__`` (a submodule of a package is public)."""
+    import importlib
+    import importlib.util
+
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.module
+                    and node.module.split(".")[0] == "treeroll"):
+                continue
+            module = importlib.import_module(node.module)
+            offered = getattr(module, "__all__", None)
+            for alias in node.names:
+                name = alias.name
+                submodule = hasattr(module, "__path__") and importlib.util.find_spec(
+                    f"{node.module}.{name}") is not None
+                if name.startswith("_") or (offered is not None and name not in offered
+                                            and not submodule):
+                    found.append(f"{path.name}: {node.module}.{name}")
+    return found
+
+
+def test_the_benchmarks_use_only_the_public_api():
+    assert private_imports(SRC.parent.parent / "bench") == []
+
+
+def test_the_finder_of_private_imports_finds_them(tmp_path):
+    (tmp_path / "script.py").write_text(
+        "from treeroll.training.trainer import RESUMABLE_CHANGES, _Run, train\n"
+        "from treeroll.envs import swe\n")
+    assert private_imports(tmp_path) == [
+        "script.py: treeroll.training.trainer.RESUMABLE_CHANGES",
+        "script.py: treeroll.training.trainer._Run"]

@@ -34,6 +34,7 @@ __all__ = [
     "leaves_below",
     "path_to",
     "token_counts",
+    "trajectory_reward",
 ]
 
 

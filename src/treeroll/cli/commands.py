@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from treeroll.training.evaluation import Reporter
     from treeroll.training.sft import SFTConfig
 
-__all__ = ["main"]
+__all__ = ["main", "parse_settings"]
 
 console = Console(stderr=True)
 T = TypeVar("T", bound="DataclassInstance")
@@ -171,8 +171,8 @@ def _class_doc(cls: Any) -> str | None:
     return inspect.cleandoc(doc)
 
 
-def _parse(cls: type[T], args: list[str], description: str, *, command: str,
-           default: T | None = None) -> T:
+def parse_settings(cls: type[T], args: list[str], description: str, *, command: str,
+                   default: T | None = None) -> T:
     """Settings for ``treeroll <command>``: ``default`` (or the dataclass's defaults), then
     ``--config FILE`` on top (YAML into the dataclass), then the other options on top.
 
@@ -244,7 +244,7 @@ def _run(run: Callable[[RunSettings, Reporter | None], dict[str, Any]],
 
 def cmd_train(args: list[str]) -> int:
     """``treeroll train``: train a policy; prints held-out success before and after."""
-    config = _parse(TrainConfig, args, "Train a policy on tree rollouts.", command="train")
+    config = parse_settings(TrainConfig, args, "Train a policy on tree rollouts.", command="train")
     from treeroll.training.trainer import train
 
     return _run(train, config)
@@ -254,8 +254,8 @@ def cmd_sft(args: list[str]) -> int:
     """``treeroll sft``: supervised fine-tuning; prints held-out success before and after."""
     from treeroll.training.sft import SFTConfig
 
-    config = _parse(SFTConfig, args, "Supervised fine-tuning on multi-turn trajectories (an "
-                    "environment's expert or a JSONL file).", command="sft")
+    config = parse_settings(SFTConfig, args, "Supervised fine-tuning on multi-turn trajectories "
+                            "(an environment's expert or a JSONL file).", command="sft")
     from treeroll.training.sft_run import run_sft
 
     return _run(run_sft, config)
@@ -298,7 +298,7 @@ class EvalCommand:
 def cmd_eval(args: list[str]) -> int:
     """``treeroll eval``: evaluate a run's checkpoint (``--run``) or a policy (``--policy``)
     on held-out tasks."""
-    command = _parse(EvalCommand, args, EvalCommand.__doc__ or "", command="eval")
+    command = parse_settings(EvalCommand, args, EvalCommand.__doc__ or "", command="eval")
     both = command.run is not None and command.policy is not None
     validate(command, extra=[("--policy", "is given with --run; pass --run (a training run's "
                               "checkpoint) or --policy (a policy folder or shipped name), not "
@@ -364,7 +364,7 @@ class RolloutCommand:
 def cmd_rollout(args: list[str]) -> int:
     """``treeroll rollout``: build, summarise and save one tree."""
     description = RolloutCommand.__doc__ or ""
-    command = _parse(RolloutCommand, args, description, command="rollout")
+    command = parse_settings(RolloutCommand, args, description, command="rollout")
     from treeroll.cli.session import apply_shortcuts, build_one_tree, describe_tree, load_run_config
     from treeroll.tree_json import save_tree
 
@@ -372,8 +372,8 @@ def cmd_rollout(args: list[str]) -> int:
     run = command.run if command.run is not None else (str(named) if named else None)
     if run is not None:  # parse again on the run's settings: what is given overrides
         run_settings = RolloutCommand(train=load_run_config(Path(run)))
-        command = replace(_parse(RolloutCommand, args, description, command="rollout",
-                                 default=run_settings), run=run)
+        command = replace(parse_settings(RolloutCommand, args, description, command="rollout",
+                                         default=run_settings), run=run)
         if named is not None:  # the run's own policy settings stand
             command.train.policy = run_settings.train.policy
     config = apply_shortcuts(command.train, env=command.env, strategy=command.strategy,
@@ -411,7 +411,7 @@ class ShowCommand:
 
 def cmd_show(args: list[str]) -> int:
     """``treeroll show``: picture and HTML page of a saved tree."""
-    command = _parse(ShowCommand, args, ShowCommand.__doc__ or "", command="show")
+    command = parse_settings(ShowCommand, args, ShowCommand.__doc__ or "", command="show")
     from treeroll.viz import show
 
     out = Path(command.path).parent if command.out is None else Path(command.out)
@@ -424,7 +424,7 @@ def cmd_compare(args: list[str]) -> int:
     """``treeroll compare``: strategies trained under one budget, over seeds, in a report."""
     from treeroll.cli.compare import CompareConfig, run_compare
 
-    command = _parse(CompareConfig, args, CompareConfig.__doc__ or "", command="compare")
+    command = parse_settings(CompareConfig, args, CompareConfig.__doc__ or "", command="compare")
     with make_reporter(console) as reporter:
         try:
             report = run_compare(command, reporter)
@@ -441,8 +441,8 @@ def cmd_ray_rollout(args: list[str]) -> int:
     """``treeroll ray-rollout``: a batch of trees grown on Ray workers, saved as JSON."""
     from treeroll.cli.ray_run import RayRolloutCommand, run_ray_rollout
 
-    command = _parse(RayRolloutCommand, args, RayRolloutCommand.__doc__ or "",
-                     command="ray-rollout")
+    command = parse_settings(RayRolloutCommand, args, RayRolloutCommand.__doc__ or "",
+                             command="ray-rollout")
     return run_ray_rollout(command, console)
 
 

@@ -38,7 +38,8 @@ from treeroll.training.evaluation import Reporter
 from treeroll.training.runfolder import config_differences, finished_steps
 from treeroll.training.trainer import train
 
-__all__ = ["CompareConfig", "run_compare"]
+__all__ = ["CompareConfig", "arm_config", "run_compare", "settings_changed",
+           "train_side_by_side"]
 
 
 @dataclass
@@ -87,7 +88,10 @@ def split_arm(arm: str) -> tuple[str, str]:
     return strategy, allocator or "uniform"
 
 
-def _run_config(config: CompareConfig, arm: str, seed: int) -> TrainConfig:
+def arm_config(config: CompareConfig, arm: str, seed: int) -> TrainConfig:
+    """The training run of one arm (``strategy`` or ``strategy+allocator``) and seed of a
+    comparison: the base settings with the arm's strategy (PATR with the comparison's
+    scorer), the shared generated-token budget, and its own run folder."""
     base = config.base
     strategy, allocator = split_arm(arm)
     scorer = base.scorer
@@ -116,7 +120,7 @@ REUSABLE_DIFFERENCES = ("resume", "extend", "force", "threads", "runs_dir", "che
 read back (or resumed) as one of its runs: none of them changes what the run computes."""
 
 
-def _settings_changed(run_config: TrainConfig) -> list[str]:
+def settings_changed(run_config: TrainConfig) -> list[str]:
     """``name (key: saved -> now, ...)`` if the run's folder was made with other settings."""
     saved_file = Path(run_config.runs_dir) / run_config.name / "config.yaml"
     if not saved_file.is_file():
@@ -194,10 +198,10 @@ def run_compare(config: CompareConfig, reporter: Reporter | None = None) -> str:
     arms = sorted(((arm, seed) for arm in config.strategies for seed in seeds_of(config, arm)),
                   key=lambda a: (seeds_of(config, a[0]).index(a[1]),
                                  config.strategies.index(a[0])))
-    runs = [_run_config(config, arm, seed) for arm, seed in arms]
+    runs = [arm_config(config, arm, seed) for arm, seed in arms]
     for run_config in runs:  # every run's settings, before the first one trains
         check_config(run_config)
-    stale = [problem for run_config in runs for problem in _settings_changed(run_config)]
+    stale = [problem for run_config in runs for problem in settings_changed(run_config)]
     if stale:
         raise ValueError(f"{config.report_dir} holds runs made with other settings, which "
                          "would be read back as if made with these: "
@@ -208,7 +212,7 @@ def run_compare(config: CompareConfig, reporter: Reporter | None = None) -> str:
     report.mkdir(parents=True, exist_ok=True)
     todo = [run for run in runs if finished_steps(Path(run.runs_dir) / run.name) is None]
     if config.jobs > 1 and len(todo) > 1:
-        _train_side_by_side(todo, config.jobs, reporter)
+        train_side_by_side(todo, config.jobs, reporter)
     else:
         for run_config in todo:
             _train_run(run_config, reporter)
@@ -253,7 +257,7 @@ def _train_child(run: TrainConfig, outcome: Connection) -> None:
     outcome.send(None)
 
 
-def _train_side_by_side(todo: list[TrainConfig], jobs: int, reporter: Reporter | None) -> None:
+def train_side_by_side(todo: list[TrainConfig], jobs: int, reporter: Reporter | None) -> None:
     """At most ``jobs`` runs at a time, each in a fresh spawned process with its share of
     the threads, started in order. A run that fails stops the start of further runs; the
     running ones finish, then its error is raised naming it (a ``ValueError`` stays one, so

@@ -33,8 +33,8 @@ from treeroll.envs import EnvConfig
 from treeroll.heads import check_logits, head_at
 from treeroll.training.sft_data import SFTExample, batches_by_tokens
 
-__all__ = ["SFTConfig", "SFTDataConfig", "SFTOptimConfig", "SFTState", "copy_policy_folder",
-           "lr_factor", "sft_loss", "sft_steps"]
+__all__ = ["SFTConfig", "SFTDataConfig", "SFTOptimConfig", "SFTState", "adamw",
+           "copy_policy_folder", "lr_factor", "sft_loss", "sft_steps"]
 
 
 @dataclass

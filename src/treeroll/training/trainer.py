@@ -56,7 +56,7 @@ from treeroll.tree import (
 )
 from treeroll.tree_json import save_tree
 
-__all__ = ["train"]
+__all__ = ["ppo_update", "train", "train_items"]
 
 
 RESUMABLE_CHANGES = ("optim.steps", "eval", "checkpoint_every", "save_trees_every", "threads",
@@ -283,13 +283,13 @@ class _Run:
         if isinstance(self.scorer, LearningScorer):  # the value scorer
             self.scorer.observe(batch.trees)
         # 3. rewards and 4. advantages, per task group
-        items = _train_items(batch.trees, self.estimator, config.optim.drop_zero_variance)
+        items = train_items(batch.trees, self.estimator, config.optim.drop_zero_variance)
         # 5. update and 6. its record, whole: Ctrl-C during them is taken after them (a
         # checkpoint of step N needs step N's record: a resumed run starts at N + 1)
         tick = time.perf_counter()
         self.updating = True  # a crash now may leave the weights half updated: not saved
         with deferred_interrupt():
-            update = _update(self.model, self.optimizer, items, config, self.ref_model,
+            update = ppo_update(self.model, self.optimizer, items, config, self.ref_model,
                              self.rng)
             if self.behaviour is not None:  # part of the update: a checkpoint needs both
                 self.behaviour.after_update(self.model)
@@ -315,9 +315,12 @@ class _Run:
                                      "loss": record.get("loss", 0.0)})
 
 
-def _train_items(trees: list[RolloutTree],
-                 estimator: AdvantageEstimator | BatchAdvantageEstimator, drop_zero_variance: bool
-                 ) -> list[TrainItem]:
+def train_items(trees: list[RolloutTree],
+                estimator: AdvantageEstimator | BatchAdvantageEstimator, drop_zero_variance: bool
+                ) -> list[TrainItem]:
+    """The trajectories a step trains on: each tree's leaves with their per-token credit
+    from ``estimator`` (one tree at a time, or the whole batch for a batch estimator); with
+    ``drop_zero_variance``, a tree whose leaves all earned the same reward is left out."""
     kept = []
     for tree in trees:
         trajectories = export_trajectories(tree)
@@ -336,9 +339,9 @@ def _train_items(trees: list[RolloutTree],
     return items
 
 
-def _update(model: CausalLM, optimizer: torch.optim.Optimizer, items: list[TrainItem],
-            config: TrainConfig, ref_model: CausalLM | None, rng: np.random.Generator
-            ) -> dict[str, float]:
+def ppo_update(model: CausalLM, optimizer: torch.optim.Optimizer, items: list[TrainItem],
+               config: TrainConfig, ref_model: CausalLM | None, rng: np.random.Generator
+               ) -> dict[str, float]:
     """PPO epochs over ``items`` in minibatches of whole task groups (a tree's leaves stay
     together: packing forwards their shared prefixes once); as many minibatches per epoch as
     ``optim.minibatches`` asks, at most one per group, each one optimiser step (one per turn
