@@ -1,5 +1,5 @@
 """Adding a backend takes one file and one line of registration: ``tests/plugins/
-counted_hf.py`` (a :class:`~treeroll.backends.BackendPlugin` with its settings block) and an
+counted_hf.py`` (a :class:`~treeroll.backends.BackendSpec` with its settings block) and an
 entry point (``[project.entry-points."treeroll.backends"]``). A fresh interpreter then takes
 it by name, its settings as ``backend.counted_hf.*`` in YAML and on the command line, and the
 rollout engine generates with it."""

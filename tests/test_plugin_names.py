@@ -1,7 +1,7 @@
 """No environment or backend is named in code outside its own plug-in package (issue #51):
 what the rest of treeroll needs to know about an environment is a field of its
 :class:`~treeroll.envs.EnvSpec` (its scorer, its actor, its run defaults, its settings block),
-about a backend a field of its :class:`~treeroll.backends.BackendPlugin`."""
+about a backend a field of its :class:`~treeroll.backends.BackendSpec`."""
 
 from __future__ import annotations
 

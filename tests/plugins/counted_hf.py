@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from treeroll.backends import BackendPlugin
+from treeroll.backends import BackendSpec
 from treeroll.backends.hf import HFBackend
 from treeroll.base import Completion, GenerationRequest, SamplingParams
 from treeroll.checks import checked
@@ -40,4 +40,4 @@ def build(config: Any, policy: Any) -> CountedHF:
                      max_batch_size=config.counted_hf.batch)
 
 
-PLUGIN = BackendPlugin(build, streams=False, config=CountedSettings, in_process=True)
+PLUGIN = BackendSpec(build, settings=CountedSettings, in_process=True)

@@ -5,7 +5,7 @@
 its builder and settings (:mod:`treeroll.backends.configs`), :func:`make_backend` builds one.
 Every backend a run uses is built here, so ``backend.<name>.*`` always applies. Adding one: a
 builder ``(backend_config, policy) -> GenerationBackend`` and one ``register_backend`` line (or
-a :class:`BackendPlugin` under the ``treeroll.backends`` entry point of a package of your own).
+a :class:`BackendSpec` under the ``treeroll.backends`` entry point of a package of your own).
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from treeroll.base import GenerationBackend, UpdatableBackend
 from treeroll.causal_lm import CausalLM, PolicyParts
 from treeroll.registry import Registry, build_user_plugin, plugin_section
 
-__all__ = ["BACKENDS", "BackendConfig", "BackendPlugin", "HFBackendConfig",
+__all__ = ["BACKENDS", "BackendConfig", "BackendSpec", "HFBackendConfig",
            "LlamaCppBackendConfig", "SGLangBackendConfig", "VLLMBackendConfig",
            "backend_streams", "make_backend", "register_backend", "sync_weights"]
 
 BackendBuilder = Callable[["BackendConfig", "PolicyParts | None"], GenerationBackend]
 """``(backend_config, policy) -> backend``; ``policy`` is None only for a backend that acts
-without one (a scripted agent: see :attr:`BackendPlugin.tokenizer`)."""
+without one (a scripted agent: see :attr:`BackendSpec.tokenizer`)."""
 
 
 def _policy(policy: PolicyParts | None, backend: str) -> PolicyParts:
@@ -43,14 +43,16 @@ def _policy(policy: PolicyParts | None, backend: str) -> PolicyParts:
 
 
 @dataclasses.dataclass(frozen=True)
-class BackendPlugin:
-    """A registered backend: its builder (taking the ``BackendConfig`` and the policy) and
-    whether what it builds is a :class:`~treeroll.base.StreamingBackend` (the config check
-    refuses ``--rollout.continuous`` with one that is not, before anything is built)."""
+class BackendSpec:
+    """One backend's registration record (as :class:`treeroll.envs.EnvSpec` and
+    :class:`treeroll.scorers.ScorerSpec` are): its builder (taking the ``BackendConfig`` and
+    the policy), its settings dataclass, and what the rest of treeroll needs to know of it."""
 
     build: BackendBuilder
-    streams: bool
-    config: type | None = None
+    streams: bool = False
+    """Whether what it builds is a :class:`~treeroll.base.StreamingBackend` (the config check
+    refuses ``--rollout.continuous`` with one that is not, before anything is built)."""
+    settings: type | None = None
     """The backend's settings dataclass, its ``backend.<name>`` block (None: none)."""
     in_process: bool = False
     """Whether it decodes with the trainer's own model object in this process (a lagged
@@ -60,16 +62,13 @@ class BackendPlugin:
     None), the tokenizer its prompts are encoded with; None for one that runs a policy."""
 
 
-BACKENDS: Registry[BackendPlugin] = Registry("backend")
-"""Backend name -> :class:`BackendPlugin`."""
+BACKENDS: Registry[BackendSpec] = Registry("backend")
+"""Backend name -> :class:`BackendSpec`."""
 
 
-def register_backend(name: str, builder: BackendBuilder, *, streams: bool,
-                     config: type | None = None, in_process: bool = False,
-                     tokenizer: Callable[[], Any] | None = None) -> BackendBuilder:
-    """Register ``builder`` as backend ``name`` (see :class:`BackendPlugin`)."""
-    BACKENDS.register(name, BackendPlugin(builder, streams, config, in_process, tokenizer))
-    return builder
+def register_backend(name: str, build: BackendBuilder, **spec: Any) -> BackendSpec:
+    """Register backend ``name`` (the fields of :class:`BackendSpec` as keywords)."""
+    return BACKENDS.register(name, BackendSpec(build, **spec))
 
 
 def _hf_backend(config: BackendConfig, policy: PolicyParts | None) -> GenerationBackend:
@@ -83,7 +82,7 @@ def _hf_backend(config: BackendConfig, policy: PolicyParts | None) -> Generation
                      join_fraction=hf.join_fraction, join_wait=hf.join_wait)
 
 
-register_backend("hf", _hf_backend, streams=True, config=HFBackendConfig, in_process=True)
+register_backend("hf", _hf_backend, streams=True, settings=HFBackendConfig, in_process=True)
 
 
 def _llamacpp_backend(config: BackendConfig, policy: PolicyParts | None) -> GenerationBackend:
@@ -151,15 +150,15 @@ def _byte_tokenizer() -> Any:
     return ByteTokenizer()
 
 
-register_backend("swe_scripted", _swe_scripted_backend, streams=False,
+register_backend("swe_scripted", _swe_scripted_backend,
                  tokenizer=_byte_tokenizer)  # the SWE env's actor (no policy): its EnvSpec
-register_backend("llamacpp", _llamacpp_backend, streams=False, config=LlamaCppBackendConfig)
-register_backend("vllm", _vllm_backend, streams=False, config=VLLMBackendConfig)
-register_backend("sglang", _sglang_backend, streams=False, config=SGLangBackendConfig)
+register_backend("llamacpp", _llamacpp_backend, settings=LlamaCppBackendConfig)
+register_backend("vllm", _vllm_backend, settings=VLLMBackendConfig)
+register_backend("sglang", _sglang_backend, settings=SGLangBackendConfig)
 
 
 # installed packages' own
-BACKENDS.load_entry_points("treeroll.backends", record=BackendPlugin)
+BACKENDS.load_entry_points("treeroll.backends", record=BackendSpec)
 
 
 @dataclass
@@ -184,8 +183,8 @@ if TYPE_CHECKING:  # what plugin_section makes, as the type checker sees the bui
         sglang: SGLangBackendConfig = field(default_factory=SGLangBackendConfig)
 else:
     BackendConfig = plugin_section(BackendSection, {
-        name: plugin.config for name in BACKENDS
-        if (plugin := BACKENDS.get(name)).config is not None}, "BackendConfig")
+        name: spec.settings for name in BACKENDS
+        if (spec := BACKENDS.get(name)).settings is not None}, "BackendConfig")
 
 
 def backend_streams(name: str) -> bool | None:
@@ -199,7 +198,7 @@ def make_backend(backend_config: BackendConfig, policy: PolicyParts | None) -> G
     """The backend named by ``backend_config.name`` for ``policy``; a user's
     ``package.module:builder`` is called with the policy and its ``options`` block."""
     plugin = BACKENDS.get(backend_config.name)  # registered, or a user's loaded builder
-    if isinstance(plugin, BackendPlugin):
+    if isinstance(plugin, BackendSpec):
         return plugin.build(backend_config, policy)
     made: GenerationBackend = build_user_plugin(plugin, backend_config.options, "backend",
                                                 policy)

@@ -3,7 +3,8 @@
 Advantage estimators over a task's group of leaves (:mod:`treeroll.credit.estimators`), their
 registry, and :func:`make_estimator`, which binds an ``AdvantageConfig``'s hyper-parameters.
 Adding one: a function ``(tree, **options) -> advantages`` (or a
-:class:`~treeroll.base.BatchAdvantageEstimator` class) and one ``ADVANTAGES.register`` line.
+:class:`~treeroll.base.BatchAdvantageEstimator` class) and one ``register_estimator`` line
+(with ``settings=`` its own block's dataclass, ``advantage.<name>.*``, if it has one).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "GiGPOSettings",
     "PlanPOSettings",
     "make_estimator",
+    "register_estimator",
     "token_credit",
     "weighted",
 ]
@@ -50,8 +52,35 @@ class PlanPOSettings:
     """At most this much more reward for the group's shortest success."""
 
 
-ADVANTAGE_BLOCKS: dict[str, type] = {"gigpo": GiGPOSettings, "planpo": PlanPOSettings}
-"""The estimators with settings of their own: ``advantage.<name>.*``."""
+ADVANTAGES: Registry[AdvantageEstimator] = Registry("advantage estimator")
+"""Estimator name -> the function (or batch-level class)."""
+ADVANTAGE_BLOCKS: dict[str, type] = {}
+"""The estimators with settings of their own: ``advantage.<name>.*`` (filled by
+:func:`register_estimator`)."""
+
+
+def register_estimator(name: str, estimator: AdvantageEstimator, *,
+                       settings: type | None = None) -> AdvantageEstimator:
+    """Register ``estimator`` as ``name``, with ``settings`` (a dataclass) its own block
+    ``advantage.<name>``, whose fields it receives as keywords. An estimator's record is the
+    function itself: a function takes its options as keywords, so nothing wraps it."""
+    ADVANTAGES.register(name, estimator)
+    if settings is not None:
+        ADVANTAGE_BLOCKS[name] = settings
+    return estimator
+
+
+register_estimator("grpo", estimators.grpo)
+register_estimator("dr_grpo", estimators.dr_grpo)
+register_estimator("rloo", estimators.rloo)
+register_estimator("tree", estimators.tree_advantage)
+register_estimator("treerl", estimators.treerl)
+register_estimator("gigpo", estimators.gigpo, settings=GiGPOSettings)
+register_estimator("treepo", estimators.treepo)
+register_estimator("progress", estimators.progress_conditioned)
+register_estimator("planpo", estimators.planpo, settings=PlanPOSettings)
+register_estimator("arpo_hard", estimators.arpo_hard)
+register_estimator("sao", estimators.BatchBaseline)  # type: ignore[arg-type]  # a class
 
 
 @dataclass
@@ -88,20 +117,6 @@ if TYPE_CHECKING:  # what plugin_section makes, as the type checker sees the bui
         planpo: PlanPOSettings = field(default_factory=PlanPOSettings)
 else:
     AdvantageConfig = plugin_section(AdvantageSection, ADVANTAGE_BLOCKS, "AdvantageConfig")
-
-
-ADVANTAGES: Registry[AdvantageEstimator] = Registry("advantage estimator")
-ADVANTAGES.register("grpo", estimators.grpo)
-ADVANTAGES.register("dr_grpo", estimators.dr_grpo)
-ADVANTAGES.register("rloo", estimators.rloo)
-ADVANTAGES.register("tree", estimators.tree_advantage)
-ADVANTAGES.register("treerl", estimators.treerl)
-ADVANTAGES.register("gigpo", estimators.gigpo)
-ADVANTAGES.register("treepo", estimators.treepo)
-ADVANTAGES.register("progress", estimators.progress_conditioned)
-ADVANTAGES.register("planpo", estimators.planpo)
-ADVANTAGES.register("arpo_hard", estimators.arpo_hard)
-ADVANTAGES.register("sao", estimators.BatchBaseline)  # type: ignore[arg-type]  # a class
 
 
 def make_estimator(advantage_config: AdvantageConfig) -> AdvantageEstimator:
