@@ -33,7 +33,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from treeroll.adapters.groups import LeafGroup, TreeGroups
+from treeroll.adapters.tree_groups import LeafGroup, TreeGroups
 from treeroll.config import EvalConfig, TrainConfig
 from treeroll.envs import EnvConfig
 from treeroll.policies import load_policy

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from treeroll.backends import make_backend
-from treeroll.cli.session import starting_policy
+from treeroll.cli.one_tree import starting_policy
 from treeroll.config import load_config
 from treeroll.engine.batch import rollout
 from treeroll.envs import make_env_factory

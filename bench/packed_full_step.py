@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from treeroll.backends.hf import HFBackend
-from treeroll.cli.session import starting_policy
+from treeroll.cli.one_tree import starting_policy
 from treeroll.config import load_config
 from treeroll.credit import ADVANTAGES
 from treeroll.engine.batch import rollout

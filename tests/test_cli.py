@@ -212,7 +212,7 @@ def test_sft_command_writes_metrics_and_a_loadable_policy(tmp_path: Path) -> Non
     assert json.loads(evaluated.stdout.strip().splitlines()[-1])["tasks"] == 2
     # an SFT run folder is taken where a run is: its fine-tuned policy, in its environment
     # (sizes 2-3 here, not the default's 2-9), where it failed on SFT's own config keys
-    from treeroll.cli.session import load_run_config
+    from treeroll.cli.one_tree import load_run_config
 
     as_run = load_run_config(runs / "s")
     assert as_run.policy.init == str(runs / "s" / "policy") and as_run.env.frozenlake.size_max == 3

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from treeroll.adapters.groups import TreeGroups, choose_leaves, rows_of
+from treeroll.adapters.tree_groups import TreeGroups, choose_leaves, rows_of
 from treeroll.base import Completion, GenerationRequest, SamplingParams, StrategyContext
 from treeroll.config import TrainConfig
 from treeroll.formatting import ByteTokenizer, TurnFormat
@@ -151,10 +151,10 @@ def test_a_failed_branch_is_never_repeated_and_forks_again_only_under_fork_last(
 def test_early_forks_is_a_registered_strategy_a_run_names_with_its_settings():
     """Registered like every strategy: ``--strategy.name early_forks`` and its block
     ``strategy.early_forks.*`` grow a tree of exactly ``group_size`` rows outside the
-    adapters too (it lived in ``adapters/groups.py``, unregistered, before)."""
+    adapters too (it lived in ``adapters/tree_groups.py``, unregistered, before)."""
     from dataclasses import replace
 
-    from treeroll.cli.session import build_one_tree
+    from treeroll.cli.one_tree import build_one_tree
     from treeroll.config import TrainConfig
     from treeroll.strategies import STRATEGIES
 

@@ -52,7 +52,7 @@ def test_lora_sft_writes_the_adapter_alone_and_loading_merges_it_into_the_base(
     assert "model.safetensors" not in names and "config.json" not in names
     meta = json.loads((folder / "treeroll.json").read_text())
     assert meta["base"] == os.path.relpath(base, folder)  # the two folders move together
-    from treeroll.cli.session import load_run_config
+    from treeroll.cli.one_tree import load_run_config
     as_training = load_run_config(folder.parent)  # `treeroll eval --run` on the SFT run
     assert as_training.policy.lora.rank == 0  # its policy loads merged: no adapter on top
     check_config(as_training)

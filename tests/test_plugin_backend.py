@@ -25,7 +25,7 @@ def test_a_backend_in_one_file_and_one_entry_point_is_configured_and_generates(t
         import json
         from treeroll.backends import BACKENDS  # loads the entry point: counted_hf with it
         import counted_hf
-        from treeroll.cli.session import build_one_tree
+        from treeroll.cli.one_tree import build_one_tree
         from treeroll.config import load_config
         from treeroll.tree import leaves
 

@@ -25,7 +25,7 @@ def test_an_environment_in_one_file_and_one_entry_point_is_configured_and_grows_
                       "rollout:\n  max_turn_tokens: 24\n")
     done = run_python(_site(tmp_path), f"""
         import json
-        from treeroll.cli.session import build_one_tree
+        from treeroll.cli.one_tree import build_one_tree
         from treeroll.config import load_config
         from treeroll.envs import ENVS, make_env_factory
         from treeroll.tree import leaves

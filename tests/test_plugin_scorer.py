@@ -24,7 +24,7 @@ def test_a_scorer_in_one_file_and_one_entry_point_is_configured_and_scores_patrs
                       "  short_paths:\n    per_turn: 0.25\nrollout:\n  max_turn_tokens: 24\n")
     done = run_python(_site(tmp_path), f"""
         import json
-        from treeroll.cli.session import build_one_tree
+        from treeroll.cli.one_tree import build_one_tree
         from treeroll.config import load_config
         from treeroll.scorers import SCORERS
 

@@ -28,7 +28,7 @@ def test_a_strategy_in_one_file_and_one_entry_point_is_configured_and_grows_tree
                       "rollout:\n  max_turn_tokens: 24\n")
     done = _python(tmp_path / "site", f"""
         import json
-        from treeroll.cli.session import build_one_tree
+        from treeroll.cli.one_tree import build_one_tree
         from treeroll.config import load_config
         from treeroll.strategies import STRATEGIES
         from treeroll.tree import leaves

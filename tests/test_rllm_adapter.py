@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from treeroll.adapters.groups import TreeGroups
 from treeroll.adapters.rllm import (
     RLLMEngineBackend,
     engine_sampling,
     episode_fields,
     tree_episode,
 )
+from treeroll.adapters.tree_groups import TreeGroups
 from treeroll.backends.hf import HFBackend
 from treeroll.base import GenerationRequest, SamplingParams
 from treeroll.config import TrainConfig

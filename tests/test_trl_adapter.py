@@ -17,7 +17,7 @@ import torch
 
 pytest.importorskip("trl")
 
-from treeroll.adapters.groups import TreeGroups, choose_leaves
+from treeroll.adapters.tree_groups import TreeGroups, choose_leaves
 from treeroll.adapters.trl import TreeRolloutFunc, env_reward, task_dataset, tree_credit
 from treeroll.config import TrainConfig
 from treeroll.credit.estimators import grpo

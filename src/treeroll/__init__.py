@@ -31,7 +31,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "treeroll.policies": ("Policy", "load_policy", "save_policy"),
     "treeroll.config": ("TrainConfig", "load_config"),
     # not ``assemble``: the name of its own submodule, which importing it sets here
-    "treeroll.assemble": ("Parts",),
+    "treeroll.assemble": ("RunParts",),
     "treeroll.training.trainer": ("train",),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}

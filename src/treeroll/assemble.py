@@ -39,7 +39,7 @@ from treeroll.envs import env_spec, make_env_factory
 from treeroll.scorers import SCORERS, make_scorer
 from treeroll.strategies import make_strategy
 
-__all__ = ["Parts", "assemble", "scorer_name_for"]
+__all__ = ["RunParts", "assemble", "scorer_name_for"]
 
 
 def scorer_name_for(scorer_name: str | None, strategy: Strategy, env_name: str) -> str | None:
@@ -67,7 +67,7 @@ def scorer_name_for(scorer_name: str | None, strategy: Strategy, env_name: str) 
 
 
 @dataclass
-class Parts:
+class RunParts:
     """A run's plug-ins, built from its config by :func:`assemble`."""
 
     config: TrainConfig
@@ -91,7 +91,7 @@ class Parts:
 
 def assemble(config: TrainConfig, *, make_env: Callable[[], Env] | None = None,
              strategy: Strategy | None = None, scorer: ProcessScorer | None = None,
-             **scorer_context: Any) -> Parts:
+             **scorer_context: Any) -> RunParts:
     """Build every plug-in ``config`` names, checking each before any work (a bad allocator
     fails here too). ``make_env``, ``strategy`` and ``scorer`` replace what the config would
     build (an adapter's own environment, :class:`~treeroll.strategies.EarlyForks`);
@@ -105,4 +105,4 @@ def assemble(config: TrainConfig, *, make_env: Callable[[], Env] | None = None,
         name = scorer_name_for(config.scorer.name, made_strategy, config.env.name)
         if name:
             scorer = make_scorer(replace(config.scorer, name=name), **scorer_context)
-    return Parts(config, made_env, made_strategy, estimator, scorer)
+    return RunParts(config, made_env, made_strategy, estimator, scorer)

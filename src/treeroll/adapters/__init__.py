@@ -1,6 +1,6 @@
 """treeroll's trees inside the trainers people already run (TRL, verl, rLLM).
 
-Every adapter is a thin shell over :class:`treeroll.adapters.groups.TreeGroups`, which grows
+Every adapter is a thin shell over :class:`treeroll.adapters.tree_groups.TreeGroups`, which grows
 one tree per task with the model the trainer is training and hands back exactly the group
 size the trainer expects, each leaf as token ids with its environment mask and its sampling
 logprobs (token in, token out: nothing is re-tokenised). See ``docs/trainers/``.

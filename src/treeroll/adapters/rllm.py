@@ -30,7 +30,7 @@ import asyncio
 from typing import Any
 
 from treeroll.adapters.async_backend import AsyncTokenBackend
-from treeroll.adapters.groups import LeafGroup, TreeGroups, seed_for
+from treeroll.adapters.tree_groups import LeafGroup, TreeGroups, seed_for
 from treeroll.base import GenerationRequest, SamplingParams
 from treeroll.tree import context_ids, path_to
 

@@ -7,7 +7,7 @@ entry: ``prompt_ids``, ``completion_ids`` and ``logprobs``, optionally ``env_mas
 token, 0 = environment token, TRL's tool mask); other keys are handed to the reward functions.
 It normalises rewards over each block of ``num_generations`` rows. :class:`TreeRolloutFunc`
 grows one treeroll tree per distinct prompt and returns that tree's ``G`` leaves as the block
-(:mod:`treeroll.adapters.groups` says how a tree is made exactly ``G``), token in / token out:
+(:mod:`treeroll.adapters.tree_groups` says how a tree is made exactly ``G``), token in / token out:
 each row is the tree's exact token path, the environment's tokens masked, the logprobs those
 of the sampling distribution at TRL's ``temperature``.
 
@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from treeroll.adapters.groups import LeafGroup, TreeGroups
+from treeroll.adapters.tree_groups import LeafGroup, TreeGroups
 from treeroll.base import Env, ProcessScorer
 from treeroll.config import TrainConfig
 from treeroll.formatting import TurnFormat

@@ -8,7 +8,7 @@ verl (0.9) runs one ``AgentLoopBase.run`` per sample; the trainer repeats each p
 ``treeroll_tree``) turns the ``n`` loops of a group into the ``n`` leaves of one tree:
 
 - the :class:`TreeCoordinator` of the process holds one tree per ``uid``: the group's first
-  loop grows the whole tree (``n`` leaves, :mod:`treeroll.adapters.groups`) on verl's own
+  loop grows the whole tree (``n`` leaves, :mod:`treeroll.adapters.tree_groups`) on verl's own
   server through :class:`VerlServerBackend`, the others wait for it, and each loop claims the
   next leaf. A shared turn is generated once, whatever the number of loops reading it;
 - a group is never split: every loop of a ``uid`` must run in the same agent-loop worker
@@ -57,7 +57,7 @@ from verl.experimental.agent_loop.agent_loop import (
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
 from treeroll.adapters.async_backend import AsyncTokenBackend
-from treeroll.adapters.groups import LeafGroup, TreeGroups, seed_for
+from treeroll.adapters.tree_groups import LeafGroup, TreeGroups, seed_for
 from treeroll.base import GenerationRequest, SamplingParams
 
 __all__ = ["TreeAgentLoop", "TreeCoordinator", "VerlServerBackend", "agent_loop_output",

@@ -303,7 +303,7 @@ def cmd_eval(args: list[str]) -> int:
     validate(command, extra=[("--policy", "is given with --run; pass --run (a training run's "
                               "checkpoint) or --policy (a policy folder or shipped name), not "
                               "both")] if both else [])
-    from treeroll.cli.session import load_run_policy, starting_policy
+    from treeroll.cli.one_tree import load_run_policy, starting_policy
     from treeroll.training.evaluation import evaluate, pool_words, task_pools
 
     run = Path(command.run) if command.run is not None else _run_folder(command.policy)
@@ -365,7 +365,12 @@ def cmd_rollout(args: list[str]) -> int:
     """``treeroll rollout``: build, summarise and save one tree."""
     description = RolloutCommand.__doc__ or ""
     command = parse_settings(RolloutCommand, args, description, command="rollout")
-    from treeroll.cli.session import apply_shortcuts, build_one_tree, describe_tree, load_run_config
+    from treeroll.cli.one_tree import (
+        apply_shortcuts,
+        build_one_tree,
+        describe_tree,
+        load_run_config,
+    )
     from treeroll.tree_json import save_tree
 
     named = _run_folder(command.train.policy.init)  # --policy RUN: the run, as with --run

@@ -66,7 +66,7 @@ def run_ray_rollout(command: RayRolloutCommand, console: Any) -> int:
     import ray
 
     from treeroll.backends import make_backend
-    from treeroll.cli.session import starting_policy
+    from treeroll.cli.one_tree import starting_policy
     from treeroll.distributed import RayRollout
     from treeroll.envs import make_env_factory
     from treeroll.strategies import make_strategy

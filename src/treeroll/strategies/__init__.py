@@ -27,7 +27,7 @@ from treeroll.base import Strategy
 from treeroll.registry import Registry, build_user_plugin, plugin_section
 from treeroll.strategies.arpo import ARPO
 from treeroll.strategies.chain import Chain
-from treeroll.strategies.common import action_key, live_or_room, repeated_action
+from treeroll.strategies.common import action_key, continue_or_open, repeated_action
 from treeroll.strategies.early_forks import EarlyForks
 from treeroll.strategies.igrpo import IGRPO
 from treeroll.strategies.patr import PATR
@@ -36,7 +36,7 @@ from treeroll.strategies.rtpo import RTPO
 from treeroll.strategies.tree_grpo import TreeGRPO
 
 __all__ = ["ARPO", "IGRPO", "PATR", "RTPO", "STRATEGIES", "Chain", "EarlyForks", "RandomTree",
-           "StrategyConfig", "TreeGRPO", "action_key", "live_or_room", "make_strategy",
+           "StrategyConfig", "TreeGRPO", "action_key", "continue_or_open", "make_strategy",
            "repeated_action"]
 
 STRATEGIES: Registry[type[Strategy]] = Registry("strategy")

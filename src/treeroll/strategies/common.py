@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from treeroll.tree import Node, NodeStatus, RolloutTree, leaves, path_to, subtree_index
 
-__all__ = ["action_key", "active_branches", "by_tree", "live_or_room", "repeated_action",
+__all__ = ["action_key", "active_branches", "by_tree", "continue_or_open", "repeated_action",
            "subtree"]
 
 
@@ -15,7 +15,7 @@ def active_branches(created: Sequence[Node]) -> list[Node]:
     return [n for n in created if not n.ended and n.status == NodeStatus.ACTIVE]
 
 
-def live_or_room(tree: RolloutTree, created: list[Node], m: int) -> tuple[list[Node], int]:
+def continue_or_open(tree: RolloutTree, created: list[Node], m: int) -> tuple[list[Node], int]:
     """A round-based strategy's first question each step: the branches still running (to
     continue), and, once none is, how many leaves of the ``m`` are left to open."""
     frontier = active_branches(created)

@@ -33,7 +33,7 @@ import numpy as np
 
 from treeroll.base import StrategyContext, tree_state
 from treeroll.checks import checked
-from treeroll.strategies.common import live_or_room
+from treeroll.strategies.common import continue_or_open
 from treeroll.tree import (
     Node,
     RolloutTree,
@@ -106,7 +106,7 @@ class IGRPO:
 
     def step(self, tree: RolloutTree, created: list[Node], ctx: StrategyContext) -> list[Node]:
         """Continue live branches; once all have ended, expand the highest-gain nodes."""
-        frontier, room = live_or_room(tree, created, self.m)
+        frontier, room = continue_or_open(tree, created, self.m)
         if frontier or room <= 0:
             return frontier
         suppressed = tree_state(ctx, IGRPOState).suppressed

@@ -26,7 +26,7 @@ from typing import ClassVar
 
 from treeroll.base import StrategyContext, tree_state
 from treeroll.checks import checked
-from treeroll.strategies.common import live_or_room
+from treeroll.strategies.common import continue_or_open
 from treeroll.tree import Node, RolloutTree, leaves, path_to
 
 __all__ = ["RTPO", "RTPOState"]
@@ -62,7 +62,7 @@ class RTPO:
 
     def step(self, tree: RolloutTree, created: list[Node], ctx: StrategyContext) -> list[Node]:
         """Continue live branches; once all have ended, the next reverse round."""
-        frontier, room = live_or_room(tree, created, self.m)
+        frontier, room = continue_or_open(tree, created, self.m)
         if frontier or room <= 0:
             return frontier
         state = tree_state(ctx, RTPOState)

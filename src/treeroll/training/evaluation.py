@@ -21,7 +21,7 @@ from treeroll.formatting import TurnFormat
 from treeroll.strategies import Chain
 from treeroll.tree import RolloutTree, leaves, path_to
 
-__all__ = ["EvalResult", "Reporter", "Silent", "evaluate", "task_pools", "wilson_interval"]
+__all__ = ["EvalResult", "QuietReporter", "Reporter", "evaluate", "task_pools", "wilson_interval"]
 
 
 class Reporter(Protocol):
@@ -37,7 +37,7 @@ class Reporter(Protocol):
         ...
 
 
-class Silent:
+class QuietReporter:
     """A :class:`Reporter` that shows nothing."""
 
     def phase(self, text: str, total: int | None = None) -> None:

@@ -196,7 +196,7 @@ def packed_backward(model: CausalLM, items: Sequence[TrainItem], config: LossCon
         tries.setdefault(item.trajectory.group_id, _Trie()).insert(item, weight)
     roots = [s for trie in tries.values() for s in trie.segments(budget)]
     ref = ref_model if config.kl_coef else None
-    run = _Run(model, ref, config, budget)
+    run = _ForestPass(model, ref, config, budget)
     with tree_attention(model), (tree_attention(ref) if ref is not None else nullcontext()):
         for batch in _plan([(segment, 0) for segment in roots], budget,
                            _keys_per_token(model)):
@@ -262,7 +262,7 @@ def _plan(entries: list[tuple[_Segment, int]], budget: int, keys_per_token: floa
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer [batch, heads, keys, head_dim]
 
 
-class _Run:
+class _ForestPass:
     """Depth-first forward/backward over the segment forest, batching across parents."""
 
     def __init__(self, model: CausalLM, ref_model: CausalLM | None, config: LossConfig,

@@ -27,7 +27,7 @@ from treeroll.envs import make_env_factory
 from treeroll.formatting import TurnFormat
 from treeroll.policies import Policy, build_policy, check_context_length, save_policy
 from treeroll.policies.lora import add_lora, weights_fingerprint
-from treeroll.training.evaluation import Reporter, Silent, evaluate, pool_words, task_pools
+from treeroll.training.evaluation import QuietReporter, Reporter, evaluate, pool_words, task_pools
 from treeroll.training.lifecycle import Lifecycle
 from treeroll.training.runfolder import (
     RunFolder,
@@ -121,7 +121,7 @@ def format_warm_start(policy: Policy, make_env: Callable[[], Env], train_seeds: 
     """The RL trainer's format warm start for a from-scratch model: ``warm_start_steps`` of
     the SFT loop on the environment's expert at skill 0 (well-formed replies, uniformly
     random actions, all in the loss), constant learning rate. Returns the last loss."""
-    reporter = reporter or Silent()
+    reporter = reporter or QuietReporter()
     data = SFTDataConfig(source="expert", skill=0.0, mask_noise=False,
                          episodes_per_step=config.warm_start_batch)
     optim = SFTOptimConfig(steps=config.warm_start_steps, lr=config.warm_start_lr,
@@ -169,14 +169,14 @@ def _check_export(export: str | None, run_policy: Path) -> None:
 def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     """Run (or resume) ``treeroll sft``; returns the summary also written to
     ``summary.json``."""
-    reporter = reporter or Silent()
+    reporter = reporter or QuietReporter()
     lora = config.policy.lora
     check_config(config, config.data.problems() + (
         [("--policy.lora.rank", f"is {lora.rank}, but --policy.init is null: an adapter "
           "adapts a pretrained policy; name one, or set the rank to 0")]
         if lora.rank and not config.policy.init else []))
-    life = Lifecycle(config, resumable=_resumable_changes(config))
-    folder, resolved = life.folder, life.resolved
+    lifecycle = Lifecycle(config, resumable=_resumable_changes(config))
+    folder, resolved = lifecycle.folder, lifecycle.resolved
     _check_export(config.export, folder.path / "policy")
     make_env = make_env_factory(config.env)
     train_seeds, held_out = task_pools(config.env, config.eval)
@@ -213,7 +213,7 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
         return result
 
     if config.resume:
-        saved = life.restore(rng)
+        saved = lifecycle.restore(rng)
         if saved.get("base_fingerprint", fingerprint) != fingerprint:
             raise ValueError(f"--resume: {config.policy.init!r} holds other weights than the "
                              "base this run's adapter was trained over; resume over that base")
@@ -225,19 +225,19 @@ def run_sft(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, An
         reporter.phase(f"evaluating the starting policy on {config.eval.tasks} "
                        f"{pool_words(config.eval)} tasks",
                        config.eval.tasks)
-        with life.starting():
+        with lifecycle.starting():
             summary["start_eval"] = held_out_eval(config.eval.tasks)
         append_jsonl(folder.metrics, {"step": 0, "eval": summary["start_eval"]})
 
     def checkpoint() -> None:
-        life.save({"model": _weights(model, adapter is not None),
+        lifecycle.save({"model": _weights(model, adapter is not None),
                    **({"base_fingerprint": fingerprint} if fingerprint is not None else {}),
                    "optimizer": optimizer.state_dict(),
                    "step": state.step, "summary": summary}, rng)
 
     # Ctrl-C, or a step count found absurd at step 2: the last whole step is kept (state.step
     # counts only the steps whose update was applied)
-    with life.interruptible(checkpoint, summary, lambda: state.step + 1,
+    with lifecycle.interruptible(checkpoint, summary, lambda: state.step + 1,
                             catch=(KeyboardInterrupt, ConfigError)):
         _loop(config, folder, model, optimizer, batches, state, summary, held_out_eval,
               checkpoint, policy.tokenizer.pad_token_id or 0, reporter)

@@ -34,7 +34,7 @@ from treeroll.credit.estimators import token_credit, weighted
 from treeroll.engine.batch import count_status, rollout
 from treeroll.policies import build_policy, check_context_length, save_policy
 from treeroll.training.behaviour import StaleBehaviour
-from treeroll.training.evaluation import Reporter, Silent, evaluate, pool_words, task_pools
+from treeroll.training.evaluation import QuietReporter, Reporter, evaluate, pool_words, task_pools
 from treeroll.training.lifecycle import Lifecycle
 from treeroll.training.loss import TrainItem, by_turn_reversed, expanded_backward
 from treeroll.training.packed import PackingUnsupported, packed_backward, unsupported_reason
@@ -73,21 +73,22 @@ def train(config: TrainConfig, reporter: Reporter | None = None) -> dict[str, An
     counters, and the metrics after it are dropped and recomputed, so ``kill -9`` then
     ``--resume`` gives the uninterrupted run's metrics and weights. A finished run is resumed
     only with ``--extend`` and more ``--optim.steps``."""
-    reporter = reporter or Silent()
+    reporter = reporter or QuietReporter()
     check_config(config)
-    life = Lifecycle(config, resumable=RESUMABLE_CHANGES, extend=config.extend,
+    lifecycle = Lifecycle(config, resumable=RESUMABLE_CHANGES, extend=config.extend,
                      steps=config.optim.steps, force=config.force)
-    with life.starting():  # a failed start leaves no run folder
-        run = _Run(config, life, reporter)
+    with lifecycle.starting():  # a failed start leaves no run folder
+        run = _TrainingRun(config, lifecycle, reporter)
     return run.train()
 
 
-class _Run:
+class _TrainingRun:
     """One training run's state: what :func:`train` builds, steps and checkpoints."""
 
-    def __init__(self, config: TrainConfig, life: Lifecycle, reporter: Reporter) -> None:
-        self.config, self.life, self.folder, self.reporter = config, life, life.folder, reporter
-        resolved = life.resolved
+    def __init__(self, config: TrainConfig, lifecycle: Lifecycle, reporter: Reporter) -> None:
+        self.config, self.lifecycle, self.reporter = config, lifecycle, reporter
+        self.folder = lifecycle.folder
+        resolved = lifecycle.resolved
         self._build_plug_ins()
         self.train_seeds, self.held_out = task_pools(config.env, config.eval)
         torch.manual_seed(config.seed)
@@ -134,7 +135,7 @@ class _Run:
                              self.train_seeds)
         state = None
         if folder.resume:
-            state = self.life.restore(self.rng)
+            state = self.lifecycle.restore(self.rng)
             check_state_fits(policy.model, state["model"], folder.checkpoint)
         folder.start(resolved)
         if not config.policy.init and not folder.resume:
@@ -213,7 +214,7 @@ class _Run:
                  "step": self.done, "summary": self.summary}
         if self.behaviour is not None:
             state["behaviour"] = self.behaviour.state()
-        self.life.save(state, self.rng)
+        self.lifecycle.save(state, self.rng)
 
     def train(self) -> dict[str, Any]:
         """The training loop, then the final evaluation; a crash or Ctrl-C between steps
@@ -227,12 +228,13 @@ class _Run:
             if not self.updating:
                 self.save()
 
-        with self.life.interruptible(save_whole, self.summary, lambda: self.done + 1), \
+        with self.lifecycle.interruptible(save_whole, self.summary, lambda: self.done + 1), \
                 self.scalars:
             for here, step in enumerate(range(self.done + 1, config.optim.steps + 1), 1):
                 tick = time.perf_counter()
                 self._step(step)
-                self.life.check_pace(here, step, config.optim.steps, time.perf_counter() - tick)
+                self.lifecycle.check_pace(here, step, config.optim.steps,
+                                          time.perf_counter() - tick)
                 if step % config.checkpoint_every == 0:
                     self.save()
             self.save()
@@ -244,7 +246,7 @@ class _Run:
         self.summary["finished"] = True
         append_jsonl(self.folder.metrics, {"step": config.optim.steps, "final": True,
                                            "eval": self.summary["final_eval"]})
-        self.life.write_summary(self.summary)
+        self.lifecycle.write_summary(self.summary)
         _write_plots(run_dir)
         return self.summary
 

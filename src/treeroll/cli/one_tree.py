@@ -1,4 +1,5 @@
-"""Glue for the CLI: load a run's policy, build one tree, describe a tree in the terminal."""
+"""One tree from a run's settings, for ``treeroll rollout`` and the Ray command: the run's
+config and policy loaded, one tree built, and the tree described in the terminal."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from tests.test_viz import small_tree
-from treeroll.cli.session import describe_tree
+from treeroll.cli.one_tree import describe_tree
 from treeroll.tree import token_counts
 from treeroll.viz import render_tree_html, render_tree_svg, tree_headline
 
