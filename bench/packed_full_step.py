@@ -92,7 +92,7 @@ def main() -> None:
             copy_optimizer.load_state_dict(optimizer.state_dict())
             tick = time.perf_counter()
             metrics = ppo_update(copy_model, copy_optimizer, items, variants[name], None,
-                              np.random.default_rng(update_seed))
+                                 np.random.default_rng(update_seed))
             seconds[name] += time.perf_counter() - tick
             results[name] = (copy_model, copy_optimizer, metrics)
         losses = [results[name][2]["loss"] for name in ("packed", "expanded")]

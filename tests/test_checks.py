@@ -67,11 +67,11 @@ def test_the_defaults_and_the_shipped_configs_are_valid() -> None:
 @pytest.mark.parametrize("name", ["compare_frozenlake", "compare_family", "compare_hard",
                                   "compare_budget", "allocation", "smollm2_compare"])
 def test_the_shipped_compare_configs_are_valid_for_every_run(name: str) -> None:
-    from treeroll.cli.compare import CompareConfig, _run_config, seeds_of
+    from treeroll.cli.compare import CompareConfig, arm_config, seeds_of
     from treeroll.config import load_config
 
     config = load_config(f"configs/{name}.yaml", CompareConfig)
-    runs = [_run_config(config, arm, seed) for arm in config.strategies
+    runs = [arm_config(config, arm, seed) for arm in config.strategies
             for seed in seeds_of(config, arm)]
     for run in runs:
         check_config(run)

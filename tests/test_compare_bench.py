@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 from ablations import VARIANTS, variant_config
 from compare_strategies import reach_of
-from treeroll.cli.compare import CompareConfig, _run_config
+from treeroll.cli.compare import CompareConfig, arm_config
 from treeroll.config import config_to_dict, load_config
 from treeroll.training.runfolder import config_differences
 
@@ -49,8 +49,8 @@ def test_each_ablation_variant_differs_from_the_comparisons_run_in_its_one_setti
         variant = variant_config(base, name)
         assert variant.strategies == (strategy,) and variant.seeds == base.seeds[:3]
         differ = {key for key, _, _ in config_differences(
-            config_to_dict(_run_config(base, strategy, 1)),
-            config_to_dict(_run_config(variant, strategy, 1)), ("runs_dir",))}
+            config_to_dict(arm_config(base, strategy, 1)),
+            config_to_dict(arm_config(variant, strategy, 1)), ("runs_dir",))}
         assert differ == _dotted(change), (name, differ)
 
 

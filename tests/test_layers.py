@@ -240,8 +240,8 @@ def test_the_benchmarks_use_only_the_public_api():
 
 def test_the_finder_of_private_imports_finds_them(tmp_path):
     (tmp_path / "script.py").write_text(
-        "from treeroll.training.trainer import RESUMABLE_CHANGES, _Run, train\n"
+        "from treeroll.training.trainer import RESUMABLE_CHANGES, _TrainingRun, train\n"
         "from treeroll.envs import swe\n")
     assert private_imports(tmp_path) == [
         "script.py: treeroll.training.trainer.RESUMABLE_CHANGES",
-        "script.py: treeroll.training.trainer._Run"]
+        "script.py: treeroll.training.trainer._TrainingRun"]

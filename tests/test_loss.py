@@ -177,7 +177,7 @@ def test_reverse_turn_order_takes_one_optimiser_step_per_depth(tiny_model) -> No
     import numpy as np
 
     from treeroll.config import TrainConfig
-    from treeroll.training.trainer import _update
+    from treeroll.training.trainer import ppo_update
 
     items = [TrainItem(_trajectory([5, 6], [7 + k for k in range(len(mask))], mask, group=i),
                        float(i) - 1.0) for i, mask in enumerate(MASKS)]
@@ -187,7 +187,7 @@ def test_reverse_turn_order_takes_one_optimiser_step_per_depth(tiny_model) -> No
         model = copy.deepcopy(tiny_model)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
         run = replace(config, optim=replace(config.optim, turn_order=order, packed=False))
-        steps[order] = _update(model, optimizer, items, run, None,
+        steps[order] = ppo_update(model, optimizer, items, run, None,
                                np.random.default_rng(0))["optimizer_steps"]
     assert steps == {"joint": 1.0, "reverse": 2.0}
 

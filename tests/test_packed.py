@@ -18,7 +18,7 @@ from treeroll.credit.estimators import token_credit
 from treeroll.policies.model import ModelConfig, build_model
 from treeroll.training.loss import LossConfig, TrainItem, expanded_backward
 from treeroll.training.packed import packed_backward, supports_packing, unique_tokens
-from treeroll.training.trainer import _update
+from treeroll.training.trainer import ppo_update
 from treeroll.tree import Node, NodeStatus, RolloutTree, export_trajectories, leaves
 
 VOCAB = 40
@@ -234,7 +234,7 @@ def test_trainer_packs_by_default_and_falls_back_with_a_warning() -> None:
 
     def step(model: Any) -> dict[str, float]:
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        return _update(model, optimizer, items, config, None, np.random.default_rng(0))
+        return ppo_update(model, optimizer, items, config, None, np.random.default_rng(0))
 
     with pytest.warns(UserWarning, match="expanded leaves"):
         fallback = step(wrapped)
@@ -387,11 +387,11 @@ def test_a_model_that_bypasses_the_attention_interface_is_refused_then_trained_e
     for m in (model, expected):
         m.zero_grad()
     with pytest.warns(UserWarning, match="expanded leaves"):
-        _update(model, torch.optim.SGD(model.parameters(), lr=0.1), items, config, None,
+        ppo_update(model, torch.optim.SGD(model.parameters(), lr=0.1), items, config, None,
                 np.random.default_rng(0))
     config_expanded = TrainConfig()
     config_expanded.optim.packed = False
-    _update(expected, torch.optim.SGD(expected.parameters(), lr=0.1), items, config_expanded,
+    ppo_update(expected, torch.optim.SGD(expected.parameters(), lr=0.1), items, config_expanded,
             None, np.random.default_rng(0))
     for a, b in zip(model.parameters(), expected.parameters(), strict=True):
         torch.testing.assert_close(a, b)
@@ -423,7 +423,7 @@ def test_update_minibatches_hold_whole_groups_and_metrics_average_them(monkeypat
     config.optim.minibatches = 3
     config.optim.ppo_epochs = 2
     model = torch.nn.Linear(2, 1)
-    metrics = trainer._update(model, torch.optim.SGD(model.parameters(), lr=0.1), items, config,
+    metrics = trainer.ppo_update(model, torch.optim.SGD(model.parameters(), lr=0.1), items, config,
                               None, np.random.default_rng(0))
     size = Counter(item.trajectory.group_id for item in items)
     for batch in calls:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from treeroll.cli.commands import _parse
+from treeroll.cli.commands import parse_settings
 from treeroll.config import TrainConfig, with_policy_defaults
 from treeroll.policies import policy_defaults, resolve_policy
 from treeroll.policies.fetch import REAL_POLICIES
@@ -35,28 +35,28 @@ def test_the_registry_policy_brings_a_longer_turn_cap_without_converting() -> No
 
 
 def test_policy_defaults_sit_under_the_command_line(folder: Path) -> None:
-    config = _parse(TrainConfig, ["--policy", str(folder)], "", command="train")
+    config = parse_settings(TrainConfig, ["--policy", str(folder)], "", command="train")
     assert config.rollout.max_turn_tokens == 96 and config.strategy.name == "patr"
-    given = _parse(TrainConfig, ["--policy", str(folder), "--rollout.max-turn-tokens", "40"],
-                   "", command="train")
+    given = parse_settings(TrainConfig, ["--policy", str(folder),
+                                         "--rollout.max-turn-tokens", "40"], "", command="train")
     assert given.rollout.max_turn_tokens == 40 and given.strategy.name == "patr"
-    plain = _parse(TrainConfig, [], "", command="train")
+    plain = parse_settings(TrainConfig, [], "", command="train")
     assert plain.rollout.max_turn_tokens == TrainConfig().rollout.max_turn_tokens
 
 
 def test_policy_defaults_sit_under_the_config_file(folder: Path, tmp_path: Path) -> None:
     config_file = tmp_path / "run.yaml"
     config_file.write_text(f"policy:\n  init: {folder}\nrollout:\n  max_turn_tokens: 50\n")
-    config = _parse(TrainConfig, ["--config", str(config_file)], "", command="train")
+    config = parse_settings(TrainConfig, ["--config", str(config_file)], "", command="train")
     assert config.rollout.max_turn_tokens == 50 and config.strategy.name == "patr"
     named_in_file = tmp_path / "named.yaml"
     named_in_file.write_text(f"policy:\n  init: {folder}\n")
-    config = _parse(TrainConfig, ["--config", str(named_in_file)], "", command="train")
+    config = parse_settings(TrainConfig, ["--config", str(named_in_file)], "", command="train")
     assert config.rollout.max_turn_tokens == 96
 
 
 def test_policy_defaults_skip_sections_a_command_does_not_have(folder: Path) -> None:
-    sft = _parse(SFTConfig, ["--policy", str(folder)], "", command="sft")
+    sft = parse_settings(SFTConfig, ["--policy", str(folder)], "", command="sft")
     assert sft.rollout.max_turn_tokens == 96  # SFT has no strategy: left out, no error
     nested = with_policy_defaults(TrainConfig(), str(folder))
     assert nested.rollout.max_turn_tokens == 96

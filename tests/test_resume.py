@@ -160,7 +160,7 @@ def test_ctrl_c_during_an_update_keeps_that_steps_record_and_the_resume_is_exact
     config.optim.steps = 4
     config.name = "whole"
     trainer.train(config)
-    real, calls = trainer._update, []
+    real, calls = trainer.ppo_update, []
 
     def interrupted_update(*args, **kwargs):  # Ctrl-C arrives during step 2's update
         calls.append(1)
@@ -168,7 +168,7 @@ def test_ctrl_c_during_an_update_keeps_that_steps_record_and_the_resume_is_exact
             os.kill(os.getpid(), signal.SIGINT)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(trainer, "_update", interrupted_update)
+    monkeypatch.setattr(trainer, "ppo_update", interrupted_update)
     before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
     try:
         config.name = "cut"
@@ -179,7 +179,7 @@ def test_ctrl_c_during_an_update_keeps_that_steps_record_and_the_resume_is_exact
     cut = tmp_path / "cut"
     assert torch.load(cut / "checkpoints" / "last.pt", weights_only=False)["step"] == 2
     assert [r["step"] for r in _records(cut) if "leaves" in r] == [1, 2]
-    monkeypatch.setattr(trainer, "_update", real)
+    monkeypatch.setattr(trainer, "ppo_update", real)
     config.resume = True
     trainer.train(config)
     assert _records(cut) == _records(tmp_path / "whole")

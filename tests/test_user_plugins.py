@@ -12,7 +12,7 @@ import pytest
 
 from treeroll.backends import BackendConfig, make_backend
 from treeroll.checks import ConfigError, checked
-from treeroll.cli.commands import _parse
+from treeroll.cli.commands import parse_settings
 from treeroll.config import TrainConfig, load_config
 from treeroll.credit import AdvantageConfig, make_estimator
 from treeroll.envs import make_env_factory, make_frozenlake
@@ -55,9 +55,9 @@ def scripted_backend(policy, *, replies: list[str]):  # type: ignore[no-untyped-
 
 
 def test_a_user_strategy_receives_its_block_from_the_command_line() -> None:
-    config = _parse(TrainConfig, ["--strategy.name", f"{__name__}:Wide", "--strategy.options",
-                                  "width", "5", "factor", "0.6", "tags", "[a, b]"],
-                    "test", command="train")
+    config = parse_settings(TrainConfig, ["--strategy.name", f"{__name__}:Wide",
+                                          "--strategy.options", "width", "5", "factor", "0.6",
+                                          "tags", "[a, b]"], "test", command="train")
     strategy = make_strategy(config.strategy)
     assert isinstance(strategy, Wide)
     assert (strategy.width, strategy.factor, strategy.tags) == (5, 0.6, ["a", "b"])
@@ -103,7 +103,7 @@ def test_a_user_estimator_env_and_backend_receive_their_blocks() -> None:
 
 
 def test_the_hf_backend_is_built_from_its_config_block(tiny_model, word_tokenizer) -> None:
-    config = _parse(TrainConfig, ["--backend.hf.max-batch-size", "3",
+    config = parse_settings(TrainConfig, ["--backend.hf.max-batch-size", "3",
                                   "--backend.hf.no-keep-logits"], "test", command="train")
     policy = SimpleNamespace(model=tiny_model, tokenizer=word_tokenizer)
     backend = make_backend(config.backend, policy)

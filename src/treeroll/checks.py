@@ -6,9 +6,10 @@ in its metadata)::
     lr: float = checked(1e-3, gt=0)
     normalisation: str = checked("token_mean", choices=("token_mean", "sequence_mean"))
 
-A field typed ``Literal[...]`` (a plug-in's, e.g. ``EarlyForks.on_end``) is checked the same
-way, its values being the choices: one rule, one message, whichever way it is declared (the
-literal also lets mypy check code that sets it; ``checked`` also carries bounds).
+A field typed ``Literal[...]`` (a plug-in's, e.g. ``EarlyForks.on_end``) is checked by
+:func:`validate` and in config files the same way, its values being the choices, with the same
+words (the literal also lets mypy check code that sets it; ``checked`` also carries bounds). A
+class may still check the value when it is built, as ``EarlyForks`` does.
 
 :func:`validate` walks a config (nested dataclasses included) and raises one
 :class:`ConfigError` listing every invalid value with its option's name (``--optim.lr``), the
@@ -100,32 +101,41 @@ def checked(default: Any = dataclasses.MISSING, *,
 
 
 def literal_check(hint: object) -> Check | None:
-    """The rule a ``Literal[...]`` (or ``Literal[...] | None``) type hint declares; None for
-    any other hint."""
+    """The rule a ``Literal[...]`` type hint declares (``Literal[...] | None`` too, and a
+    union of literals); None for any other hint, or a union with a type that is not a
+    literal (``Literal["auto"] | int`` accepts any int: no set of choices describes it)."""
     union = typing.get_origin(hint) in (typing.Union, types.UnionType)
     options = typing.get_args(hint) if union else (hint,)
-    literals = [o for o in options if typing.get_origin(o) is typing.Literal]
-    if len(literals) != 1:
+    present = [o for o in options if o is not type(None)]
+    if not present or any(typing.get_origin(o) is not typing.Literal for o in present):
         return None
-    return Check(choices=typing.get_args(literals[0]), optional=type(None) in options)
+    choices = tuple(value for o in present for value in typing.get_args(o))
+    return Check(choices=choices, optional=type(None) in options)
 
 
 @functools.cache
 def _literal_rules(cls: type) -> dict[str, Check]:
-    """The rules ``cls``'s ``Literal``-typed fields declare, by field name. A hint that does
-    not resolve (a name imported for the type checker only) declares none."""
-    module = vars(sys.modules[cls.__module__]) if cls.__module__ in sys.modules else {}
-    rules: dict[str, Check] = {}
-    for item in dataclasses.fields(cls):
-        hint: object = item.type
-        if isinstance(hint, str):
-            if "Literal" not in hint:
-                continue
-            try:
-                hint = eval(hint, {"Literal": typing.Literal, **module})  # what get_type_hints does
+    """The rules ``cls``'s ``Literal``-typed fields declare, by field name. The hints are
+    resolved as :func:`typing.get_type_hints` does (aliases such as ``Convention`` too); if
+    one of them does not resolve (a name imported for the type checker only), each field's
+    is tried alone, in the module of the class that declares it, and a field whose hint
+    does not resolve declares no rule."""
+    try:
+        hints: dict[str, object] = typing.get_type_hints(cls)
+    except Exception:
+        hints = {}
+        for item in dataclasses.fields(cls):
+            owner = next((c for c in cls.__mro__ if item.name in vars(c).get(
+                "__annotations__", {})), cls)
+            module = sys.modules.get(owner.__module__)
+            try:  # a string annotation is evaluated as get_type_hints evaluates it
+                hints[item.name] = (eval(item.type, dict(vars(module)) if module else {})
+                                    if isinstance(item.type, str) else item.type)
             except Exception:
                 continue
-        rule = literal_check(hint)
+    rules: dict[str, Check] = {}
+    for item in dataclasses.fields(cls):
+        rule = literal_check(hints.get(item.name))
         if rule is not None:
             rules[item.name] = rule
     return rules

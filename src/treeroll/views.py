@@ -1,6 +1,8 @@
 """Observation views: how an environment's text is shown to a policy, before tokenisation.
 
-A view is a function ``(text, first) -> text`` applied by
+A view is a function ``(text, first) -> text`` (registered as a :class:`View` record, which
+also says what a from-scratch tokenizer needs for it; a plain function is taken as a view
+that needs nothing) applied by
 :class:`treeroll.formatting.TurnFormat` to every observation it encodes (``first`` is True for
 the task's first observation, in the prompt), in supervised fine-tuning, rollouts and
 evaluation alike, so SFT and RL contexts stay token-identical. The environment,
@@ -43,8 +45,9 @@ from typing import Protocol, runtime_checkable
 
 from treeroll.registry import Registry
 
-__all__ = ["CELL_WORD_PATTERN", "VIEWS", "GridEnv", "ObservationView", "View", "cell_coordinates",
-           "cell_coordinates_compact", "cell_coordinates_safe", "cell_words", "plain"]
+__all__ = ["CELL_WORD_PATTERN", "VIEWS", "GridEnv", "ObservationView", "View", "as_view",
+           "cell_coordinates", "cell_coordinates_compact", "cell_coordinates_safe", "cell_words",
+           "plain"]
 
 ObservationView = Callable[[str, bool], str]
 """Maps an observation text (and whether it is the task's first) to the text the policy
@@ -57,6 +60,7 @@ class View:
     the view is) and what a from-scratch policy needs to read through it."""
 
     observe: ObservationView
+    """The view: ``(text, first) -> text``."""
     words: Callable[[object], str] | None = None
     """Given the environment, a text of the words the view writes that the environment's own
     texts may not show (every cell word of its largest map), added to a from-scratch word
@@ -84,6 +88,7 @@ class GridEnv(Protocol):
     def largest_side(self) -> int:
         """The side of the largest map the environment draws."""
         ...
+
 
 _CELLS = "_POGX\u221a"
 _RLLM_ROW = re.compile(rf"^[{_CELLS}](?:  [{_CELLS}])+$")
@@ -185,6 +190,7 @@ def cell_coordinates_safe(text: str, first: bool = True) -> str:
 _CELL_WORD = re.compile(CELL_WORD_PATTERN)
 _PLAYER = "PX\u221a"
 
+
 def cell_words(env: object) -> str:
     """Every cell word ``<symbol>@<row>,<column>`` of the largest map ``env`` draws (a
     :class:`GridEnv`'s ``largest_side``; 9 for an environment that does not say)."""
@@ -193,11 +199,21 @@ def cell_words(env: object) -> str:
                     for row in range(side) for column in range(side))
 
 
+def as_view(view: View | ObservationView) -> View:
+    """``view`` as a :class:`View` record: a plain function (a user's
+    ``package.module:function``, or one registered as it is) is a view that needs nothing
+    of a from-scratch tokenizer."""
+    return view if isinstance(view, View) else View(view)
+
+
+def _cell_view(observe: ObservationView) -> View:
+    return View(observe, words=cell_words, word_pattern=CELL_WORD_PATTERN,
+                coordinate_words=True)
+
+
 VIEWS: Registry[View] = Registry("observation view")
-"""View name -> :class:`View`."""
+"""View name -> :class:`View` (:func:`as_view` reads a plain function as one)."""
 VIEWS.register("plain", View(plain))
-for _name, _view in (("cell_coordinates", cell_coordinates),
-                     ("cell_coordinates_compact", cell_coordinates_compact),
-                     ("cell_coordinates_safe", cell_coordinates_safe)):
-    VIEWS.register(_name, View(_view, words=cell_words, word_pattern=CELL_WORD_PATTERN,
-                               coordinate_words=True))
+VIEWS.register("cell_coordinates", _cell_view(cell_coordinates))
+VIEWS.register("cell_coordinates_compact", _cell_view(cell_coordinates_compact))
+VIEWS.register("cell_coordinates_safe", _cell_view(cell_coordinates_safe))

@@ -49,6 +49,7 @@ class BackendSpec:
     the policy), its settings dataclass, and what the rest of treeroll needs to know of it."""
 
     build: BackendBuilder
+    _: dataclasses.KW_ONLY  # every other field by name: a record grows without reordering
     streams: bool = False
     """Whether what it builds is a :class:`~treeroll.base.StreamingBackend` (the config check
     refuses ``--rollout.continuous`` with one that is not, before anything is built)."""

@@ -1,5 +1,5 @@
-"""One tree from a run's settings, for ``treeroll rollout`` and the Ray command: the run's
-config and policy loaded, one tree built, and the tree described in the terminal."""
+"""One tree from a run's settings, for ``treeroll rollout``, ``eval`` and the Ray command: the
+run's config and policy loaded, one tree built, and the tree described in the terminal."""
 
 from __future__ import annotations
 

@@ -57,13 +57,25 @@ ADVANTAGES: Registry[AdvantageEstimator] = Registry("advantage estimator")
 ADVANTAGE_BLOCKS: dict[str, type] = {}
 """The estimators with settings of their own: ``advantage.<name>.*`` (filled by
 :func:`register_estimator`)."""
+_SECTION_BUILT = False
+"""Whether :class:`AdvantageConfig` is built: no block can be added after."""
 
 
 def register_estimator(name: str, estimator: AdvantageEstimator, *,
                        settings: type | None = None) -> AdvantageEstimator:
     """Register ``estimator`` as ``name``, with ``settings`` (a dataclass) its own block
     ``advantage.<name>``, whose fields it receives as keywords. An estimator's record is the
-    function itself: a function takes its options as keywords, so nothing wraps it."""
+    function itself: a function takes its options as keywords, so nothing wraps it.
+
+    A block is part of :class:`AdvantageConfig`, which is built when this module is first
+    imported: an estimator registered later (a user's, from their own code) may have no
+    block (it is refused, before anything is registered); it takes its options through
+    ``advantage.options`` as ``package.module:function`` instead."""
+    if settings is not None and _SECTION_BUILT:
+        raise ValueError(f"estimator {name!r}: its settings block cannot be added once "
+                         "AdvantageConfig is built (at import); register it without settings "
+                         "and pass its options with --advantage.options, naming it "
+                         "package.module:function")
     ADVANTAGES.register(name, estimator)
     if settings is not None:
         ADVANTAGE_BLOCKS[name] = settings
@@ -117,6 +129,7 @@ if TYPE_CHECKING:  # what plugin_section makes, as the type checker sees the bui
         planpo: PlanPOSettings = field(default_factory=PlanPOSettings)
 else:
     AdvantageConfig = plugin_section(AdvantageSection, ADVANTAGE_BLOCKS, "AdvantageConfig")
+_SECTION_BUILT = True
 
 
 def make_estimator(advantage_config: AdvantageConfig) -> AdvantageEstimator:

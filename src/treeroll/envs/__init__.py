@@ -120,6 +120,7 @@ class EnvSpec:
 
     build: EnvFactoryBuilder
     """Builds the environment constructor from the ``env`` section."""
+    _: dataclasses.KW_ONLY  # every other field by name: a record grows without reordering
     block: str | None = None
     """The family settings block it reads, ``env.<block>``: both FrozenLake conventions read
     ``frozenlake``."""

@@ -45,7 +45,7 @@ from treeroll.policies.model import (
     build_word_tokenizer,
     load_policy_files,
 )
-from treeroll.views import VIEWS
+from treeroll.views import VIEWS, as_view
 
 __all__ = ["SHIPPED", "Policy", "VocabularyEnv", "adapter_base", "build_policy",
            "check_context_length", "check_policy_files", "has_policy", "load_policy",
@@ -321,7 +321,7 @@ def build_policy(init: str | None, model_config: ModelConfig, view: str | None,
         policy = load_policy(init, view)
         return replace(policy, system_in_user=system_in_user or policy.system_in_user)
     view = view or "plain"
-    observe = VIEWS.get(view)
+    observe = as_view(VIEWS.get(view))
     if tokenizer_dir is not None and (tokenizer_dir / "tokenizer.json").exists():
         from transformers import PreTrainedTokenizerFast
 

@@ -28,7 +28,7 @@ under the ``treeroll.scorers`` entry point of a package of your own).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from treeroll.base import GenerationBackend, ProcessScorer
@@ -163,6 +163,7 @@ class ScorerSpec:
     dataclass (``scorer.<name>.*``; None when it has no settings)."""
 
     build: ScorerBuilder
+    _: KW_ONLY  # every other field by name: a record grows without reordering
     settings: type | None = None
 
 
@@ -173,7 +174,7 @@ SCORERS: Registry[ScorerSpec] = Registry("process scorer")
 def register_scorer(name: str, build: ScorerBuilder, *, settings: type | None = None
                     ) -> ScorerSpec:
     """Register scorer ``name`` (see :class:`ScorerSpec`)."""
-    return SCORERS.register(name, ScorerSpec(build, settings))
+    return SCORERS.register(name, ScorerSpec(build, settings=settings))
 
 
 def _swe_scorer(config: ScorerConfig, **context: Any) -> ProcessScorer:
