@@ -353,7 +353,10 @@ def rl_run(args: argparse.Namespace, init: str | None = None) -> dict[str, Any]:
                                             round(steps[-1]["success_rate"], 3)],
             "rl_generated_tokens": rl["generated_tokens"],
             "rl_start": init or rl_config.policy.init, "rl_lr": rl_config.optim.lr,
-            "rl_tasks_per_step": rl_config.optim.tasks_per_step}
+            "rl_tasks_per_step": rl_config.optim.tasks_per_step,
+            "rl_minibatches": rl_config.optim.minibatches,
+            "rl_advantage": rl_config.advantage.name,
+            "rl_strategy": rl_config.strategy.name}
 
 
 def main() -> None:
@@ -367,7 +370,9 @@ def main() -> None:
     parser.add_argument("--cost-tasks", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip-llamacpp", action="store_true")
-    parser.add_argument("--runs-dir", default="runs/real_model")
+    # under reports/: bench/reproduce.py keeps a worktree's reports/ (reports/remade/<commit>)
+    # when it removes the worktree, so the trained checkpoints outlive the figure
+    parser.add_argument("--runs-dir", default="reports/real_model")
     parser.add_argument("--update-only", action="store_true",
                         help="only the update speeds (update_rate), a minute or two")
     parser.add_argument("--rl-only", action="store_true",
