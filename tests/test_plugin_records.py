@@ -123,3 +123,27 @@ def test_a_plain_function_is_a_view_that_needs_no_words():
     assert view.words is None and view.word_pattern is None and not view.coordinate_words
     cells = as_view(VIEWS.get("cell_coordinates_safe"))
     assert cells is VIEWS.get("cell_coordinates_safe") and cells.coordinate_words
+
+
+@dataclass
+class HalfResolved:
+    """A settings block one of whose hints names a type the module never defines (as a name
+    imported for the type checker only would be at run time)."""
+
+    mode: Mode = "fast"
+    handle: NotDefinedHere | None = None  # type: ignore[name-defined]  # noqa: F821
+
+
+def test_a_hint_that_does_not_resolve_leaves_the_others_checked_and_its_value_as_written(
+        tmp_path):
+    from treeroll.checks import field_hints
+    from treeroll.config import load_config
+
+    hints = field_hints(HalfResolved)
+    assert hints["mode"] == Mode and "handle" not in hints
+    with pytest.raises(ConfigError, match="--mode is 'slow'"):
+        validate(HalfResolved(mode="slow"))  # type: ignore[arg-type]
+    path = tmp_path / "half.yaml"
+    path.write_text("mode: exact\nhandle: anything\n")
+    loaded = load_config(path, HalfResolved)
+    assert loaded.mode == "exact" and loaded.handle == "anything"

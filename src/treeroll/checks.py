@@ -30,12 +30,13 @@ import math
 import sys
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
-__all__ = ["Check", "ConfigError", "check_duration", "checked", "literal_check", "option_name",
-           "validate"]
+__all__ = ["Check", "ConfigError", "check_duration", "checked", "field_hints", "literal_check",
+           "option_name", "validate"]
 
 
 class ConfigError(ValueError):
@@ -114,25 +115,34 @@ def literal_check(hint: object) -> Check | None:
 
 
 @functools.cache
-def _literal_rules(cls: type) -> dict[str, Check]:
-    """The rules ``cls``'s ``Literal``-typed fields declare, by field name. The hints are
-    resolved as :func:`typing.get_type_hints` does (aliases such as ``Convention`` too); if
-    one of them does not resolve (a name imported for the type checker only), each field's
-    is tried alone, in the module of the class that declares it, and a field whose hint
-    does not resolve declares no rule."""
+def field_hints(cls: type) -> Mapping[str, object]:
+    """The resolved type hints of the dataclass ``cls``'s fields, by name, computed once per
+    class (read-only: every caller shares them). Resolved as :func:`typing.get_type_hints`
+    does (aliases such as ``Convention`` too); if one of them does not resolve (a name
+    imported for the type checker only), each field's is tried alone, in the module of the
+    class that declares it, and a field whose hint does not resolve is left out."""
     try:
-        hints: dict[str, object] = typing.get_type_hints(cls)
+        return MappingProxyType(typing.get_type_hints(cls))
     except Exception:
-        hints = {}
-        for item in dataclasses.fields(cls):
-            owner = next((c for c in cls.__mro__ if item.name in vars(c).get(
-                "__annotations__", {})), cls)
-            module = sys.modules.get(owner.__module__)
-            try:  # a string annotation is evaluated as get_type_hints evaluates it
-                hints[item.name] = (eval(item.type, dict(vars(module)) if module else {})
-                                    if isinstance(item.type, str) else item.type)
-            except Exception:
-                continue
+        pass
+    hints: dict[str, object] = {}
+    for item in dataclasses.fields(cls):
+        owner = next((c for c in cls.__mro__ if item.name in vars(c).get(
+            "__annotations__", {})), cls)
+        module = sys.modules.get(owner.__module__)
+        try:  # a string annotation is evaluated as get_type_hints evaluates it
+            hints[item.name] = (eval(item.type, dict(vars(module)) if module else {})
+                                if isinstance(item.type, str) else item.type)
+        except Exception:
+            continue
+    return MappingProxyType(hints)
+
+
+@functools.cache
+def _literal_rules(cls: type) -> dict[str, Check]:
+    """The rules ``cls``'s ``Literal``-typed fields declare, by field name (a field whose
+    hint does not resolve declares none: :func:`field_hints`)."""
+    hints = field_hints(cls)
     rules: dict[str, Check] = {}
     for item in dataclasses.fields(cls):
         rule = literal_check(hints.get(item.name))

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import yaml
 
 from treeroll.backends import BackendConfig
-from treeroll.checks import checked, literal_check
+from treeroll.checks import checked, field_hints, literal_check
 from treeroll.credit import AdvantageConfig
 from treeroll.credit.objectives import POLICY_LOSSES, LossConfig
 from treeroll.engine import AllocatorConfig, RolloutConfig
@@ -218,7 +218,7 @@ def _collect(cls: type[T], data: Any, where: str, problems: list[str]) -> T:
     if not isinstance(data, dict):
         problems.append(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
         return cls()
-    hints = typing.get_type_hints(cls)
+    hints = field_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs: dict[str, Any] = {}
     before = len(problems)
@@ -227,8 +227,11 @@ def _collect(cls: type[T], data: Any, where: str, problems: list[str]) -> T:
             problems.append(f"unknown config key {where + '.' if where else ''}{key}; valid "
                             f"keys there: {', '.join(sorted(fields))}")
             continue
-        hint = hints[key]
+        hint = hints.get(key)
         path = f"{where}.{key}" if where else key
+        if hint is None:  # a hint that does not resolve (field_hints): the value as written
+            kwargs[key] = value
+            continue
         if dataclasses.is_dataclass(hint):
             kwargs[key] = _collect(hint, value, path, problems)  # type: ignore[arg-type]
             continue
@@ -483,9 +486,8 @@ def with_policy_defaults(config: T, spec: str | None, prefix: tuple[str, ...] = 
 def _known(cls: Any, mapping: dict[str, Any]) -> dict[str, Any]:
     """The part of ``mapping`` whose keys are fields of the dataclass ``cls`` (recursively)."""
     import dataclasses
-    import typing
 
-    hints = typing.get_type_hints(cls)
+    hints = field_hints(cls)
     out: dict[str, Any] = {}
     for item in dataclasses.fields(cls):
         if item.name not in mapping:
