@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -174,8 +175,6 @@ def test_reverse_turn_batches_go_deepest_first_and_cover_each_model_token_once()
 def test_reverse_turn_order_takes_one_optimiser_step_per_depth(tiny_model) -> None:
     from dataclasses import replace
 
-    import numpy as np
-
     from treeroll.config import TrainConfig
     from treeroll.training.trainer import ppo_update
 
@@ -205,3 +204,28 @@ def test_truncated_is_weights_the_policy_gradient_by_the_capped_ratio() -> None:
     loss.sum().backward()  # d/d logp of -w * A * pi/pi_detached = -w * A
     assert logp.grad.tolist() == pytest.approx([-w * a for w, a in zip(
         weights, [2.0, -1.0, 3.0], strict=True)])
+
+
+def test_with_signal_keeps_every_leaf_under_a_kl_term_or_an_objective_that_is_not_silent(
+        monkeypatch) -> None:
+    from treeroll.credit import objectives
+    from treeroll.training.loss import token_weights, with_signal
+
+    items = [TrainItem(_trajectory([5, 6], [7, 8, 9], [1, 0, 1], group=0), a)
+             for a in (0.0, 1.5, np.array([0.0, 2.0, 0.0]), np.array([0.0, 0.0, 0.0]))]
+    config = LossConfig()
+    weights = token_weights(items, config)
+    kept, kept_weights = with_signal(items, config, kl=False)
+    assert [id(k) for k in kept] == [id(items[1])]  # a value at an environment token is none
+    assert kept_weights == [weights[1]]  # the whole minibatch's normalisation
+
+    def everything(kept: tuple[list[TrainItem], list[float]]) -> bool:
+        return [id(k) for k in kept[0]] == [id(i) for i in items] and kept[1] == weights
+
+    assert everything(with_signal(items, config, kl=True))
+
+    class Loud(objectives.PPOClip):
+        silent_at_zero_advantage = False
+
+    monkeypatch.setitem(objectives.POLICY_LOSSES._items, "loud", Loud)
+    assert everything(with_signal(items, LossConfig(objective="loud"), kl=False))

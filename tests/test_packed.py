@@ -409,8 +409,8 @@ def test_update_minibatches_hold_whole_groups_and_metrics_average_them(monkeypat
     items = items_of([random_tree(rng, group, depth=3, width=2) for group in range(6)])
     calls: list[list[TrainItem]] = []
 
-    def backward(model: Any, batch: Any, config: Any, ref_model: Any = None
-                 ) -> dict[str, float]:
+    def backward(model: Any, batch: Any, config: Any, ref_model: Any = None,
+                 weights: Any = None) -> dict[str, float]:
         calls.append(list(batch))
         k = float(len(calls))
         (model.weight.sum() * k).backward()  # grad norm k * sqrt(2)
@@ -440,6 +440,58 @@ def test_update_minibatches_hold_whole_groups_and_metrics_average_them(monkeypat
         assert metrics[key] == pytest.approx(np.average(per_call, weights=tokens)), key
     assert metrics["optimizer_steps"] == 6
     assert metrics["first_abs_log_ratio"] == pytest.approx(0.3)  # the first call's, before a step
+
+
+@pytest.mark.parametrize("packed", [True, False])
+@pytest.mark.parametrize("minibatches", [1, 4])
+def test_leaves_without_signal_are_not_forwarded_and_the_step_is_the_same(
+        monkeypatch, packed: bool, minibatches: int) -> None:
+    """Groups whose leaves all have advantage 0 are left out of the forward (one minibatch
+    holding them and others; with four minibatches, two of them hold nothing else and still
+    take their optimiser step, momentum and weight decay included): the weights after the
+    update are those of the update that forwards every leaf."""
+    from treeroll.training import trainer
+    from treeroll.training.loss import token_weights
+
+    rng = random.Random(8)
+    items = [TrainItem(item.trajectory, 0.0) if item.trajectory.group_id % 2 else item
+             for item in items_of([random_tree(rng, g, depth=3, width=2) for g in range(4)])]
+    config = TrainConfig()
+    config.optim.packed, config.optim.minibatches = packed, minibatches
+    start, _ = models(torch.float32)
+    forwarded: list[int] = []
+
+    def update() -> tuple[Any, dict[str, float]]:
+        model = copy.deepcopy(start)
+        # SGD is linear in the gradient (AdamW would hide a wrong normalisation); momentum and
+        # decay move the weights on zero gradients too, so a skipped step would show
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.1)
+        for _ in range(2):  # the second update's silent minibatches move on the momentum
+            metrics = trainer.ppo_update(model, optimizer, items, config, None,
+                                         np.random.default_rng(0))
+        return model, metrics
+
+    real = trainer.with_signal
+
+    def counted(batch: Any, loss: Any, kl: bool) -> Any:
+        kept = real(batch, loss, kl)
+        forwarded.append(len(kept[0]))
+        return kept
+
+    monkeypatch.setattr(trainer, "with_signal", counted)
+    skipping, metrics = update()
+    monkeypatch.setattr(trainer, "with_signal",
+                        lambda batch, loss, kl: (list(batch), token_weights(batch, loss)))
+    every, _ = update()
+    silent = sum(sum(i.trajectory.response_mask) for i in items if i.trajectory.group_id % 2)
+    assert metrics["skipped_token_fraction"] == pytest.approx(
+        silent / sum(sum(i.trajectory.response_mask) for i in items))
+    with_signal = sum(1 for i in items if i.trajectory.group_id % 2 == 0)
+    assert sum(forwarded) == 2 * with_signal  # two updates, each the leaves with a signal
+    assert (0 in forwarded) == (minibatches == 4)  # minibatches with nothing to train on
+    for (name, a), b in zip(skipping.named_parameters(), every.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
+    assert not torch.equal(next(skipping.parameters()), next(start.parameters()))
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])

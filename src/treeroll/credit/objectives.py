@@ -64,6 +64,12 @@ class PolicyLoss(Protocol):
     """The :class:`LossConfig` fields only this objective reads (a non-default value of
     another objective's field is refused before a run starts)."""
 
+    silent_at_zero_advantage: ClassVar[bool]
+    """Whether a token whose advantage is 0 adds exactly nothing to the loss or its gradient
+    (true of every objective linear in the advantage). Then the update skips the leaves whose
+    model tokens all have advantage 0 (a group whose leaves earned the same reward) without
+    changing the gradient (:func:`treeroll.training.loss.with_signal`)."""
+
     def token_loss(self, ratio: torch.Tensor, logp: torch.Tensor, advantage: torch.Tensor,
                    config: LossConfig) -> tuple[torch.Tensor, torch.Tensor]:
         """The loss of each token to minimise (its gradient the objective's), and whether each
@@ -91,6 +97,7 @@ class PPOClip:
     """PPO's clipped surrogate ``-min(r A, clip(r, 1 - low, 1 + high) A)``."""
 
     reads: ClassVar[tuple[str, ...]] = ("clip_low", "clip_high")
+    silent_at_zero_advantage: ClassVar[bool] = True  # -min(r 0, clip(r) 0) = 0, any r
 
     def token_loss(self, ratio: torch.Tensor, logp: torch.Tensor, advantage: torch.Tensor,
                    config: LossConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -119,6 +126,7 @@ class TruncatedIS:
     importance ratio truncated at ``is_cap`` (value ``-min(r, cap) A``, no clipping)."""
 
     reads: ClassVar[tuple[str, ...]] = ("is_cap",)
+    silent_at_zero_advantage: ClassVar[bool] = True  # -min(r, cap) 0 grad log pi = 0
 
     def token_loss(self, ratio: torch.Tensor, logp: torch.Tensor, advantage: torch.Tensor,
                    config: LossConfig) -> tuple[torch.Tensor, torch.Tensor]:

@@ -17,7 +17,8 @@ from treeroll.causal_lm import CausalLM
 from treeroll.credit.objectives import LossConfig, policy_loss
 from treeroll.tree import Trajectory
 
-__all__ = ["LossConfig", "TrainItem", "expanded_backward", "ppo_token_loss"]
+__all__ = ["LossConfig", "TrainItem", "expanded_backward", "ppo_token_loss", "token_weights",
+           "with_signal"]
 
 
 @dataclass
@@ -41,6 +42,11 @@ class TrainItem:
         if isinstance(self.advantage, np.ndarray):
             return self.advantage.astype(np.float64)
         return np.full(len(self.trajectory.response_ids), float(self.advantage))
+
+    def has_signal(self) -> bool:
+        """Whether any of the leaf's model tokens has a nonzero advantage."""
+        mask = np.asarray(self.trajectory.response_mask, dtype=bool)
+        return bool(np.any(self.token_advantages()[mask] != 0))
 
 
 def ppo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantage: torch.Tensor,
@@ -103,6 +109,25 @@ def token_weights(items: Sequence[TrainItem], config: LossConfig) -> list[float]
     return [1.0 / (c * len(items)) for c in counts]
 
 
+def with_signal(items: Sequence[TrainItem], config: LossConfig, kl: bool
+                ) -> tuple[list[TrainItem], list[float]]:
+    """The items of a minibatch whose gradient is not exactly zero, with the loss weights
+    they have in the *whole* minibatch (:func:`token_weights` over ``items``), so that a
+    backward over them alone gives the whole minibatch's loss and gradient.
+
+    A leaf whose model tokens all have advantage 0 (every leaf of a group that earned the
+    same reward, under GRPO-like estimators) contributes nothing when the objective says so
+    (:attr:`~treeroll.credit.objectives.PolicyLoss.silent_at_zero_advantage`) and no KL term
+    is added (``kl``: a KL penalty pulls every token, whatever its advantage). Otherwise every
+    item is kept. Forwarding them anyway is most of an update's time on a hard task set:
+    SmolLM2's FrozenLake steps spent minutes of update on groups that had no signal."""
+    weights = token_weights(items, config)
+    if kl or not policy_loss(config).silent_at_zero_advantage:
+        return list(items), weights
+    kept = [i for i, item in enumerate(items) if item.has_signal()]
+    return [items[i] for i in kept], [weights[i] for i in kept]
+
+
 def sequence_logprobs(model: CausalLM, sequences: list[list[int]], temperature: float
                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded forward: ``logp[b, t]`` of token ``t + 1`` given ``0..t``; and entropies.
@@ -125,12 +150,14 @@ def sequence_logprobs(model: CausalLM, sequences: list[list[int]], temperature: 
 
 
 def expanded_backward(model: CausalLM, items: Sequence[TrainItem], config: LossConfig,
-                      ref_model: CausalLM | None = None) -> dict[str, float]:
-    """Forward and backward the loss over ``items``, each leaf as its own sequence.
+                      ref_model: CausalLM | None = None, *,
+                      weights: Sequence[float] | None = None) -> dict[str, float]:
+    """Forward and backward the loss over ``items``, each leaf as its own sequence, each
+    item's tokens weighted by ``weights`` (default :func:`token_weights` of ``items``).
 
     Gradients accumulate in ``model``'s parameters (no optimiser step). Returns metrics.
     """
-    weights = token_weights(items, config)
+    weights = list(weights) if weights is not None else token_weights(items, config)
     order = sorted(range(len(items)), key=lambda i: -_length(items[i]))
     metrics = {"loss": 0.0, "clip_fraction": 0.0, "entropy": 0.0, "kl": 0.0,
                "abs_log_ratio": 0.0, "tokens": 0.0}

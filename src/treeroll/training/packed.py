@@ -180,17 +180,20 @@ class _Trie:
 
 def packed_backward(model: CausalLM, items: Sequence[TrainItem], config: LossConfig,
                     ref_model: CausalLM | None = None, *,
-                    max_packed_tokens: int | None = None) -> dict[str, float]:
+                    max_packed_tokens: int | None = None,
+                    weights: Sequence[float] | None = None) -> dict[str, float]:
     """Forward and backward the loss over ``items``, each unique token of each group once.
 
     Same contract, loss, gradients and metric keys as
     :func:`treeroll.training.loss.expanded_backward` (gradients accumulate in ``model``'s
     parameters, no optimiser step). ``max_packed_tokens`` (default
     ``config.micro_batch_tokens``) bounds the new tokens of one forward call, padding included;
-    longer segments and larger batches are split at token boundaries, exactly.
+    longer segments and larger batches are split at token boundaries, exactly. ``weights``
+    (default :func:`~treeroll.training.loss.token_weights` of ``items``) weighs each item's
+    tokens in the loss.
     """
     budget = max(1, max_packed_tokens or config.micro_batch_tokens)
-    weights = token_weights(items, config)
+    weights = list(weights) if weights is not None else token_weights(items, config)
     tries: dict[int, _Trie] = {}
     for item, weight in zip(items, weights, strict=True):
         tries.setdefault(item.trajectory.group_id, _Trie()).insert(item, weight)

@@ -36,7 +36,7 @@ from treeroll.policies import build_policy, check_context_length, save_policy
 from treeroll.training.behaviour import StaleBehaviour
 from treeroll.training.evaluation import QuietReporter, Reporter, evaluate, pool_words, task_pools
 from treeroll.training.lifecycle import Lifecycle
-from treeroll.training.loss import TrainItem, by_turn_reversed, expanded_backward
+from treeroll.training.loss import TrainItem, by_turn_reversed, expanded_backward, with_signal
 from treeroll.training.packed import PackingUnsupported, packed_backward, unsupported_reason
 from treeroll.training.runfolder import (
     append_jsonl,
@@ -351,7 +351,15 @@ def ppo_update(model: CausalLM, optimizer: torch.optim.Optimizer, items: list[Tr
     minibatches, each weighted by its model tokens, ``optimizer_steps``, and
     ``first_abs_log_ratio``: the mean |log(pi / pi_old)| per model token of the first
     minibatch, before any step: 0 when the trainer's logprobs are the sampler's (PPO's first
-    ratio 1), its size the sampler-trainer mismatch otherwise."""
+    ratio 1), its size the sampler-trainer mismatch otherwise.
+
+    Leaves whose gradient is exactly zero (every model token at advantage 0, no KL term:
+    :func:`~treeroll.training.loss.with_signal`) are not forwarded; the others keep the loss
+    weights of the whole minibatch, so the gradient and the step are the same.
+    ``skipped_token_fraction`` is the share of model tokens left out; the other metrics
+    (entropy, clip fraction, ...) are means over the tokens trained on. A minibatch with
+    nothing to train on still takes its optimiser step, on the zero gradients one of its
+    leaves gives at weight 0 (the leaf ``first_abs_log_ratio`` then reads)."""
     if not items:
         return {"skipped": 1.0}
     # Ratios compare like with like: the update uses the temperature the rollout sampled at.
@@ -370,7 +378,9 @@ def ppo_update(model: CausalLM, optimizer: torch.optim.Optimizer, items: list[Tr
         groups.setdefault(item.trajectory.group_id, []).append(item)
     members = list(groups.values())
     totals: dict[str, float] = {}
-    weight, steps, first = 0.0, 0, 0.0
+    weight, skipped, steps = 0.0, 0.0, 0
+    first = 0.0
+    kl = ref_model is not None and bool(loss_config.kl_coef)
     model.train()
     for _ in range(config.optim.ppo_epochs):
         order = rng.permutation(len(members))
@@ -380,28 +390,48 @@ def ppo_update(model: CausalLM, optimizer: torch.optim.Optimizer, items: list[Tr
             chunks = [part for chunk in chunks for part in by_turn_reversed(chunk)]
         for batch in chunks:
             optimizer.zero_grad()
+            # leaves whose gradient is exactly zero are not forwarded (with_signal)
+            active, weights = with_signal(batch, loss_config, kl)
+            skipped += _model_tokens(batch) - _model_tokens(active)
+            silent = not active
+            if silent:
+                # the step still runs (AdamW's moments and decay move on zero gradients): one
+                # short leaf at weight 0 gives the same zero gradients, on the same parameters
+                active, weights = [min(batch, key=_model_tokens)], [0.0]
             try:
-                metrics = backward(model, batch, loss_config, ref_model)
+                metrics = backward(model, active, loss_config, ref_model, weights=weights)
             except PackingUnsupported as err:
                 warnings.warn(f"optim.packed: {err}; training on expanded leaves instead",
                               stacklevel=2)
                 backward = expanded_backward
                 optimizer.zero_grad()
-                metrics = backward(model, batch, loss_config, ref_model)
-            if steps == 0:
-                first = metrics.get("abs_log_ratio", 0.0)
-            metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(
-                model.parameters(), config.optim.max_grad_norm))
+                metrics = backward(model, active, loss_config, ref_model, weights=weights)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(),
+                                                             config.optim.max_grad_norm))
             optimizer.step()
-            tokens = float(sum(sum(item.trajectory.response_mask) for item in batch))
-            for key, value in metrics.items():
+            steps += 1
+            if steps == 1:  # the leaves forwarded first, before any step (a silent one too)
+                first = metrics.get("abs_log_ratio", 0.0)
+            if silent:
+                continue  # nothing was trained on: no other metrics
+            tokens = _model_tokens(active)
+            for key, value in {**metrics, "grad_norm": grad_norm}.items():
                 totals[key] = totals.get(key, 0.0) + tokens * value
-            weight, steps = weight + tokens, steps + 1
+            weight += tokens
     model.eval()
     averaged = {key: total / max(weight, 1.0) for key, total in totals.items()}
     averaged["optimizer_steps"] = float(steps)
     averaged["first_abs_log_ratio"] = first
+    # model tokens left out of the forward because their gradient was exactly zero
+    averaged["skipped_token_fraction"] = skipped / max(weight + skipped, 1.0)
     return averaged
+
+
+def _model_tokens(items: TrainItem | list[TrainItem]) -> float:
+    """Model tokens of one item or a list of them."""
+    if isinstance(items, TrainItem):
+        return float(sum(items.trajectory.response_mask))
+    return float(sum(sum(item.trajectory.response_mask) for item in items))
 
 
 def _step_record(step: int, trees: list[RolloutTree], update: dict[str, float],
