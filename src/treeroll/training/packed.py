@@ -49,7 +49,7 @@ import numpy as np
 import torch
 
 from treeroll.backends.weights import model_device
-from treeroll.causal_lm import CausalLM
+from treeroll.causal_lm import CausalLM, cache_keyword
 from treeroll.credit.objectives import policy_loss
 from treeroll.heads import HeadReshaped, check_logits, head_at
 from treeroll.training import attention
@@ -69,7 +69,8 @@ def unsupported_reason(model: CausalLM) -> str | None:
     """Why ``model`` cannot be tree-packed, or None when it can.
 
     Packing needs a decoder-only transformers model whose forward takes ``cache`` (a
-    ``DynamicCache`` of full-attention layers) and ``position_ids``; sliding-window or other
+    ``DynamicCache`` of full-attention layers; ``past_key_values`` before transformers 5.20:
+    :func:`treeroll.causal_lm.cache_keyword`) and ``position_ids``; sliding-window or other
     non-full attention layers would make a cached prefix differ from the expanded context.
     """
     try:
@@ -87,10 +88,10 @@ def unsupported_reason(model: CausalLM) -> str | None:
     layer_types = getattr(text, "layer_types", None)
     if layer_types and any(t != "full_attention" for t in layer_types):
         return f"the model has non-full-attention layers ({sorted(set(layer_types))})"
-    parameters = inspect.signature(model.forward).parameters
-    for name in ("cache", "position_ids"):
-        if name not in parameters:
-            return f"the model's forward takes no {name!r} argument"
+    if cache_keyword(model) is None:
+        return "the model's forward takes no 'cache' (or 'past_key_values') argument"
+    if "position_ids" not in inspect.signature(model.forward).parameters:
+        return "the model's forward takes no 'position_ids' argument"
     return None
 
 
@@ -424,7 +425,8 @@ def _forward(model: CausalLM, ids: torch.Tensor, positions: torch.Tensor, past: 
     calls = attention.CALLS[0]
     with head_at(model, rows, cols), \
             torch.autocast(device.type, dtype=torch.bfloat16, enabled=bfloat16):
-        out = model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True, **extra)
+        out = model(input_ids=ids, position_ids=positions, use_cache=True,
+                    **{cache_keyword(model) or "cache": cache}, **extra)
     if past and attention.CALLS[0] == calls:
         raise PackingUnsupported(
             f"{type(model).__name__} did not call transformers' attention interface, so a "
@@ -435,7 +437,7 @@ def _forward(model: CausalLM, ids: torch.Tensor, positions: torch.Tensor, past: 
     except HeadReshaped as error:
         raise PackingUnsupported(f"{error}; train it with optim.packed false") from None
     logp = torch.log_softmax(out.logits.float() / temperature, dim=-1)
-    return logp, [(layer.keys, layer.values) for layer in out.cache.layers]
+    return logp, [(layer.keys, layer.values) for layer in cache.layers]  # filled in place
 
 
 def _predictions(segments: list[_Segment]

@@ -47,7 +47,7 @@ from treeroll.backends.hf.decode import DecodeBatch, Prefilled, _Row
 from treeroll.backends.hf.kv_trie import KV, KVTrie
 from treeroll.backends.weights import model_device, take_weights
 from treeroll.base import Completion, GenerationRequest, SamplingParams
-from treeroll.causal_lm import CausalLM
+from treeroll.causal_lm import CausalLM, cache_keyword
 from treeroll.heads import check_logits, head_at, head_at_works
 
 __all__ = ["HFBackend"]
@@ -87,6 +87,8 @@ class HFBackend:
         self._logits: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
         self._kept_bytes = 0
         self._head_at_works: bool | None = None  # probed at the first prefill
+        # the forward's name for the KV cache (past_key_values before transformers 5.20)
+        self._cache_keyword = cache_keyword(model) or "cache"
         self._stream: DecodeBatch | None = None  # the continuous batch (submit / advance)
         self._queued: list[_Row] = []
         self._tickets = 0
@@ -360,7 +362,8 @@ class HFBackend:
         # device. On the CPU both moves are no-ops.
         device = model_device(self.model)
         kwargs = {"input_ids": input_ids.to(device), "attention_mask": mask.to(device),
-                  "position_ids": positions.to(device), "cache": cache, "use_cache": True}
+                  "position_ids": positions.to(device), "use_cache": True,
+                  self._cache_keyword: cache}
         if not last_only:
             return self.model(**kwargs).logits.float().cpu()
         # A prefill needs the last position's logits alone (rows are left-padded): with a
