@@ -44,6 +44,7 @@ import inspect
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -437,7 +438,10 @@ def _forward(model: CausalLM, ids: torch.Tensor, positions: torch.Tensor, past: 
     except HeadReshaped as error:
         raise PackingUnsupported(f"{error}; train it with optim.packed false") from None
     logp = torch.log_softmax(out.logits.float() / temperature, dim=-1)
-    return logp, [(layer.keys, layer.values) for layer in cache.layers]  # filled in place
+    # filled in place; full-attention layers only (unsupported_reason), each holding its keys
+    # and values (transformers types them as a union with layers that hold neither)
+    layers: Any = cache.layers
+    return logp, [(layer.keys, layer.values) for layer in layers]
 
 
 def _predictions(segments: list[_Segment]
