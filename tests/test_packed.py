@@ -588,3 +588,19 @@ def test_bfloat16_compute_stays_close_to_float32() -> None:
                                                          dim=0))
     assert cosine > 0.98
     assert not torch.equal(grads["float32"], grads["bfloat16"])  # bfloat16 really ran
+
+
+def test_an_update_with_no_signal_reports_a_zero_loss_and_gradient_and_every_token_skipped(
+        ) -> None:
+    rng = random.Random(9)
+    items = [TrainItem(item.trajectory, 0.0)
+             for item in items_of([random_tree(rng, g, depth=3, width=2) for g in range(2)])]
+    model, _ = models(torch.float32)
+    before = copy.deepcopy(model)
+    metrics = ppo_update(model, torch.optim.SGD(model.parameters(), lr=0.1), items,
+                         TrainConfig(), None, np.random.default_rng(0))
+    assert metrics["loss"] == 0.0 and metrics["grad_norm"] == 0.0
+    assert metrics["clip_fraction"] == 0.0 and metrics["skipped_token_fraction"] == 1.0
+    assert metrics["entropy"] > 0 and metrics["optimizer_steps"] == 1.0
+    for a, b in zip(model.parameters(), before.parameters(), strict=True):
+        assert torch.equal(a, b)  # plain SGD on zero gradients leaves the weights

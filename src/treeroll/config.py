@@ -485,8 +485,6 @@ def with_policy_defaults(config: T, spec: str | None, prefix: tuple[str, ...] = 
 
 def _known(cls: Any, mapping: dict[str, Any]) -> dict[str, Any]:
     """The part of ``mapping`` whose keys are fields of the dataclass ``cls`` (recursively)."""
-    import dataclasses
-
     hints = field_hints(cls)
     out: dict[str, Any] = {}
     for item in dataclasses.fields(cls):

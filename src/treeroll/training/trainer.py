@@ -356,9 +356,10 @@ def ppo_update(model: CausalLM, optimizer: torch.optim.Optimizer, items: list[Tr
     Leaves whose gradient is exactly zero (every model token at advantage 0, no KL term:
     :func:`~treeroll.training.loss.with_signal`) are not forwarded; the others keep the loss
     weights of the whole minibatch, so the gradient and the step are the same.
-    ``skipped_token_fraction`` is the share of model tokens left out; the other metrics
-    (entropy, clip fraction, ...) are means over the tokens trained on. A minibatch with
-    nothing to train on still takes its optimiser step, on the zero gradients one of its
+    ``skipped_token_fraction`` is the share of model tokens left out. The loss, the gradient's
+    norm and the clipped and KL shares stay the whole minibatch's (a left-out token adds 0 to
+    each); ``entropy`` and ``abs_log_ratio`` are means over the tokens forwarded. A minibatch
+    with nothing to train on still takes its optimiser step, on the zero gradients one of its
     leaves gives at weight 0 (the leaf ``first_abs_log_ratio`` then reads)."""
     if not items:
         return {"skipped": 1.0}
@@ -378,7 +379,8 @@ def ppo_update(model: CausalLM, optimizer: torch.optim.Optimizer, items: list[Tr
         groups.setdefault(item.trajectory.group_id, []).append(item)
     members = list(groups.values())
     totals: dict[str, float] = {}
-    weight, skipped, steps = 0.0, 0.0, 0
+    counts: dict[str, float] = {}
+    skipped, steps = 0.0, 0
     first = 0.0
     kl = ref_model is not None and bool(loss_config.kl_coef)
     model.train()
@@ -412,19 +414,30 @@ def ppo_update(model: CausalLM, optimizer: torch.optim.Optimizer, items: list[Tr
             steps += 1
             if steps == 1:  # the leaves forwarded first, before any step (a silent one too)
                 first = metrics.get("abs_log_ratio", 0.0)
-            if silent:
-                continue  # nothing was trained on: no other metrics
-            tokens = _model_tokens(active)
+            forwarded, whole = _model_tokens(active), _model_tokens(batch)
             for key, value in {**metrics, "grad_norm": grad_norm}.items():
-                totals[key] = totals.get(key, 0.0) + tokens * value
-            weight += tokens
+                # a left-out token adds 0 to the loss and the clipped and KL counts (a silent
+                # minibatch's leaf at weight 0 too); its entropy and log-ratio are not known
+                share = forwarded if key in _FORWARDED_MEANS else whole
+                if key in _TOKEN_MEANS:
+                    value *= forwarded / max(whole, 1.0)
+                totals[key] = totals.get(key, 0.0) + share * value
+                counts[key] = counts.get(key, 0.0) + share
     model.eval()
-    averaged = {key: total / max(weight, 1.0) for key, total in totals.items()}
+    averaged = {key: total / max(counts[key], 1.0) for key, total in totals.items()}
     averaged["optimizer_steps"] = float(steps)
     averaged["first_abs_log_ratio"] = first
     # model tokens left out of the forward because their gradient was exactly zero
-    averaged["skipped_token_fraction"] = skipped / max(weight + skipped, 1.0)
+    averaged["skipped_token_fraction"] = skipped / max(counts.get("loss", 0.0), 1.0)
     return averaged
+
+
+_FORWARDED_MEANS = ("entropy", "abs_log_ratio")
+"""Update metrics that are means over the tokens forwarded (a left-out leaf's are not known);
+the others (the loss, the gradient's norm, the clipped and KL shares) are the whole
+minibatch's."""
+_TOKEN_MEANS = ("clip_fraction", "kl")
+"""Of those, the means per forwarded token, scaled to the whole minibatch's tokens."""
 
 
 def _model_tokens(items: TrainItem | list[TrainItem]) -> float:
