@@ -29,9 +29,9 @@ CONFORMANCE = 7
 """Checks in tests/test_backend_conformance.py for one backend (a test would catch a drop)."""
 ENGINE = 3
 """Checks in tests/test_vllm_engine.py."""
-PACKED_AND_HF = 76
+PACKED_AND_HF = 77
 """Checks in tests/test_packed.py and tests/test_backend.py (run again on the engine's
-transformers)."""
+transformers): at least these (a drop is caught; a new test there is welcome)."""
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,9 @@ def test_the_packed_update_and_the_hf_backend_are_exact_on_the_engines_transform
     done = _pytest(python, "tests/test_packed.py", "tests/test_backend.py",
                    env=vllm_env.environment())
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
-    assert _outcomes(done.stdout) == {"passed": PACKED_AND_HF}, done.stdout[-3000:]
+    outcomes = _outcomes(done.stdout)
+    assert set(outcomes) == {"passed"} and outcomes["passed"] >= PACKED_AND_HF, \
+        done.stdout[-3000:]
 
 
 def test_pips_resolver_accepts_the_gpu_vllm_extra(tmp_path: Path) -> None:
