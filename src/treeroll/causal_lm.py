@@ -13,6 +13,7 @@ The model's ``config`` stays ``Any``: its fields differ by architecture (``num_h
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
@@ -104,10 +105,16 @@ def cache_keyword(model: Any) -> str | None:  # Any: a model or anything else (i
     """The keyword ``model``'s forward takes its KV cache by: ``cache`` (transformers' name
     since 5.20) or ``past_key_values`` (earlier, and in the 5.19 that vLLM's CPU build pins,
     where an unknown ``cache=`` would be swallowed by ``**kwargs`` and the cache silently
-    ignored); None when its forward names neither (a wrapper taking ``**kwargs``)."""
-    forward = getattr(model, "forward", None)
+    ignored); None when its forward names neither (a wrapper taking ``**kwargs``). Read once
+    per class: every forward call asks."""
+    kind: type = type(model)
+    return _cache_keyword_of(kind)
+
+
+@functools.cache
+def _cache_keyword_of(cls: type) -> str | None:
+    forward = getattr(cls, "forward", None)
     if forward is None:
         return None
     parameters = inspect.signature(forward).parameters
     return next((name for name in ("cache", "past_key_values") if name in parameters), None)
-

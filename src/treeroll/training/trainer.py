@@ -380,7 +380,7 @@ def ppo_update(model: CausalLM, optimizer: torch.optim.Optimizer, items: list[Tr
     members = list(groups.values())
     totals: dict[str, float] = {}
     counts: dict[str, float] = {}
-    skipped, steps = 0.0, 0
+    skipped, seen, steps = 0.0, 0.0, 0
     first = 0.0
     kl = ref_model is not None and bool(loss_config.kl_coef)
     model.train()
@@ -394,12 +394,14 @@ def ppo_update(model: CausalLM, optimizer: torch.optim.Optimizer, items: list[Tr
             optimizer.zero_grad()
             # leaves whose gradient is exactly zero are not forwarded (with_signal)
             active, weights = with_signal(batch, loss_config, kl)
-            skipped += _model_tokens(batch) - _model_tokens(active)
-            silent = not active
-            if silent:
+            whole = _model_tokens(batch)
+            seen += whole
+            skipped += whole - _model_tokens(active)
+            if not active:
                 # the step still runs (AdamW's moments and decay move on zero gradients): one
                 # short leaf at weight 0 gives the same zero gradients, on the same parameters
-                active, weights = [min(batch, key=_model_tokens)], [0.0]
+                active = [min(batch, key=lambda item: _model_tokens([item]))]
+                weights = [0.0]
             try:
                 metrics = backward(model, active, loss_config, ref_model, weights=weights)
             except PackingUnsupported as err:
@@ -414,7 +416,7 @@ def ppo_update(model: CausalLM, optimizer: torch.optim.Optimizer, items: list[Tr
             steps += 1
             if steps == 1:  # the leaves forwarded first, before any step (a silent one too)
                 first = metrics.get("abs_log_ratio", 0.0)
-            forwarded, whole = _model_tokens(active), _model_tokens(batch)
+            forwarded = _model_tokens(active)
             for key, value in {**metrics, "grad_norm": grad_norm}.items():
                 # a left-out token adds 0 to the loss and the clipped and KL counts (a silent
                 # minibatch's leaf at weight 0 too); its entropy and log-ratio are not known
@@ -428,7 +430,7 @@ def ppo_update(model: CausalLM, optimizer: torch.optim.Optimizer, items: list[Tr
     averaged["optimizer_steps"] = float(steps)
     averaged["first_abs_log_ratio"] = first
     # model tokens left out of the forward because their gradient was exactly zero
-    averaged["skipped_token_fraction"] = skipped / max(counts.get("loss", 0.0), 1.0)
+    averaged["skipped_token_fraction"] = skipped / max(seen, 1.0)
     return averaged
 
 
@@ -440,10 +442,8 @@ _TOKEN_MEANS = ("clip_fraction", "kl")
 """Of those, the means per forwarded token, scaled to the whole minibatch's tokens."""
 
 
-def _model_tokens(items: TrainItem | list[TrainItem]) -> float:
-    """Model tokens of one item or a list of them."""
-    if isinstance(items, TrainItem):
-        return float(sum(items.trajectory.response_mask))
+def _model_tokens(items: list[TrainItem]) -> float:
+    """Model tokens of ``items``."""
     return float(sum(sum(item.trajectory.response_mask) for item in items))
 
 

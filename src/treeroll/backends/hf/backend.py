@@ -87,8 +87,6 @@ class HFBackend:
         self._logits: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
         self._kept_bytes = 0
         self._head_at_works: bool | None = None  # probed at the first prefill
-        # the forward's name for the KV cache (past_key_values before transformers 5.20)
-        self._cache_keyword = cache_keyword(model) or "cache"
         self._stream: DecodeBatch | None = None  # the continuous batch (submit / advance)
         self._queued: list[_Row] = []
         self._tickets = 0
@@ -363,7 +361,7 @@ class HFBackend:
         device = model_device(self.model)
         kwargs = {"input_ids": input_ids.to(device), "attention_mask": mask.to(device),
                   "position_ids": positions.to(device), "use_cache": True,
-                  self._cache_keyword: cache}
+                  cache_keyword(self.model) or "cache": cache}
         if not last_only:
             return self.model(**kwargs).logits.float().cpu()
         # A prefill needs the last position's logits alone (rows are left-padded): with a
