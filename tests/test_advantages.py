@@ -200,6 +200,36 @@ def test_gigpo_step_groups_gather_turns_from_the_same_state_across_branches() ->
     assert "gigpo" in ADVANTAGES
 
 
+def test_gigpo_env_state_anchor_joins_a_cell_reached_at_different_turns() -> None:
+    """Leaf 0 reaches cell X at turn 1 and wins from it; leaf 1 reaches X at turn 2 and
+    falls: their observations differ (the turn counter), their reported states do not. With
+    ``anchor="observation"`` each turn from X is alone in its group (no step term); with
+    ``"env_state"`` the two are one group, standardised to +1 and -1."""
+    tree = RolloutTree.new(0, 0, 0, prompt_ids=[1], prompt_text="start, turn 0")
+    x_early = tree.add_child(tree.root, action_ids=[3], observation_text="at X, turn 1",
+                             info={"anchor_state": "X"}, status=NodeStatus.EXPANDED)
+    tree.add_child(x_early, action_ids=[4], reward=1.0, terminated=True,
+                   info={"anchor_state": "G"}, status=NodeStatus.TERMINAL)         # leaf 0
+    y = tree.add_child(tree.root, action_ids=[3], observation_text="at Y, turn 1",
+                       info={"anchor_state": "Y"}, status=NodeStatus.EXPANDED)
+    x_late = tree.add_child(y, action_ids=[3], observation_text="at X, turn 2",
+                            info={"anchor_state": "X"}, status=NodeStatus.EXPANDED)
+    tree.add_child(x_late, action_ids=[5], terminated=True, info={"anchor_state": "O"},
+                   status=NodeStatus.TERMINAL)                                    # leaf 1
+    r = np.array([1.0, 0.0])
+    episode = (r - r.mean()) / r.std()
+    first = np.array([0.9, 0.0])  # both first turns from the root: returns 0.9 * R, 0.9^2 * 0
+    first = (first - first.mean()) / first.std()
+    by_text = advantages.gigpo(tree, gamma=0.9, eps=0.0)
+    np.testing.assert_allclose(by_text[0], episode[0] + np.array([first[0], 0.0]))
+    np.testing.assert_allclose(by_text[1], episode[1] + np.array([first[1], 0.0, 0.0]))
+    by_state = advantages.gigpo(tree, gamma=0.9, eps=0.0, anchor="env_state")
+    np.testing.assert_allclose(by_state[0], episode[0] + np.array([first[0], 1.0]))
+    np.testing.assert_allclose(by_state[1], episode[1] + np.array([first[1], 0.0, -1.0]))
+    with pytest.raises(ValueError, match="anchor='cell'; valid: observation, env_state"):
+        advantages.gigpo(tree, anchor="cell")
+
+
 def test_treepo_averages_prefix_subgroup_baselines_over_depths() -> None:
     """``_tree([[1, 0], [0], [1, 1, 0]])``: the root group (all six leaves) at depth 0, then
     each trunk's leaves at depth 1 (the lone leaf of trunk 1 skips it); leaf nodes are groups

@@ -258,6 +258,20 @@ def test_rllm_truncates_at_two_turns_per_side() -> None:
     assert info["success"] is False
 
 
+def test_anchor_state_names_the_cell_whatever_the_turn() -> None:
+    """A cell revisited two turns later: the observation names another turn, the reported
+    anchor state (GiGPO's ``env_state``) is the same cell."""
+    env = make_frozenlake("rllm")
+    env.reset(0)
+    set_map(env, ("____", "____", "____", "___G"), (1, 1), (3, 3))
+    first, _, _, _, info = env.step("```Right```")
+    assert info["anchor_state"] == "1,2"
+    env.step("```Left```")
+    again, _, _, _, later = env.step("```Right```")
+    assert later["anchor_state"] == "1,2" and later["position"] == (1, 2)
+    assert first != again  # "(turn 1)" against "(turn 3)"
+
+
 def test_ragen_truncates_at_five_turns() -> None:
     env = open_ragen()
     for turn in range(1, 6):

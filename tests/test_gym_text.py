@@ -94,6 +94,17 @@ def test_invalid_reply_does_not_step_the_env() -> None:
     assert env.env.unwrapped.np_random.bit_generator.state == rng_state
 
 
+def test_a_discrete_state_is_reported_as_the_anchor_state_an_invalid_reply_keeps() -> None:
+    """FrozenLake-v1's state is the cell index: Down from 0 is 4; an invalid reply prefixes
+    the observation but leaves the state, so the anchor state is the same text."""
+    env = frozen_lake(slippery=False)
+    env.reset(0)
+    down, _, _, _, info = env.step("Down")
+    assert info["anchor_state"] == "4"
+    invalid, _, _, _, again = env.step("hop")
+    assert again["anchor_state"] == "4" and invalid != down
+
+
 def test_goal_success_and_max_turns() -> None:
     env = frozen_lake(slippery=False)
     env.reset(0)  # the default 4x4 map: SFFF / FHFH / FFFH / HFFG

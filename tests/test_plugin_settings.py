@@ -24,6 +24,15 @@ def test_an_estimators_block_set_for_another_estimator_is_refused_naming_both():
     config = merged_config(TrainConfig(), {"advantage": {"name": "gigpo",
                                                          "gigpo": {"omega": 0.5}}}).advantage
     assert make_estimator(config).keywords["omega"] == 0.5  # type: ignore[attr-defined]
+    config = merged_config(TrainConfig(), {"advantage": {"name": "gigpo",
+                                                         "gigpo": {"anchor": "env_state"}}})
+    made = make_estimator(config.advantage)
+    assert made.keywords["anchor"] == "env_state"  # type: ignore[attr-defined]
+    bad = merged_config(TrainConfig(), {"advantage": {"name": "gigpo",
+                                                      "gigpo": {"anchor": "cell"}}})
+    with pytest.raises(ConfigError, match=r"advantage\.gigpo\.anchor is 'cell'; must be one "
+                                          r"of 'observation', 'env_state'"):
+        check_config(bad)
 
 
 def test_the_policy_loss_comes_from_its_registry_and_an_unknown_one_is_refused():

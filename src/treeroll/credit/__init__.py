@@ -42,6 +42,10 @@ class GiGPOSettings:
     """Weight of the step-level advantage."""
     gamma: float = checked(0.95, ge=0, le=1)
     """Discount of the step returns."""
+    anchor: str = checked("observation", choices=estimators.ANCHORS)
+    """How states are compared: ``observation`` (the exact observation text, turn counters
+    included) or ``env_state`` (the environment's ``info["anchor_state"]`` where it reports
+    one: FrozenLake's cell, a gymnasium environment's discrete state)."""
 
 
 @dataclass

@@ -163,7 +163,8 @@ def arpo_hard(tree: RolloutTree, *, eps: float = 1e-6, std: str = "population",
 
 
 def gigpo(tree: RolloutTree, *, omega: float = 1.0, gamma: float = 0.95, eps: float = 1e-6,
-          std: str = "population", singleton: str = "zero") -> list[np.ndarray]:
+          std: str = "population", singleton: str = "zero", anchor: str = "observation"
+          ) -> list[np.ndarray]:
     """GiGPO (Feng et al. 2025, verl-agent; docs/methods.md) on a task's tree: per
     leaf, one value per turn ``t``: ``A_episode(leaf) + omega * A_step(leaf, t)``.
 
@@ -177,10 +178,19 @@ def gigpo(tree: RolloutTree, *, omega: float = 1.0, gamma: float = 0.95, eps: fl
     also gather states that separate trajectories reach again, a tree's siblings included).
     A state seen by one step only gets ``A_step = 0`` (``singleton="zero"``). The step
     returns are standardised (verl-agent's ``mean_std_norm``); ``omega=1`` and ``gamma=0.95``
-    are treeroll's defaults."""
+    are treeroll's defaults.
+
+    ``anchor="env_state"`` compares states by what the environment reports as
+    ``info["anchor_state"]`` (verl-agent's ``anchor_obs``: the state without the prompt's
+    counters, FrozenLake's cell) where a node has it, by the observation text elsewhere (the
+    root: a reset reports no info, so a return to the start state does not join the root's
+    group). On rLLM's FrozenLake the observation names the turn, so with ``"observation"``
+    a cell reached at two different turns is two anchor states."""
     group = leaves(tree)
     episode = normalise(np.array(leaf_rewards(tree, group)), eps=eps, std=std,
                         singleton=singleton)
+    if anchor not in ANCHORS:
+        raise ValueError(f"gigpo anchor={anchor!r}; valid: {', '.join(ANCHORS)}")
     keys: dict[str, int] = {}
     members: list[tuple[int, int, int, float]] = []  # (anchor, leaf, turn, return)
     for index, leaf in enumerate(group):
@@ -188,8 +198,8 @@ def gigpo(tree: RolloutTree, *, omega: float = 1.0, gamma: float = 0.95, eps: fl
         ret = 0.0
         for turn in range(len(path) - 1, 0, -1):
             ret = path[turn].reward + gamma * ret
-            anchor = keys.setdefault(path[turn - 1].observation_text, len(keys))
-            members.append((anchor, index, turn - 1, ret))
+            state = _anchor_key(path[turn - 1], anchor)
+            members.append((keys.setdefault(state, len(keys)), index, turn - 1, ret))
     step = [np.zeros(leaf.depth) for leaf in group]
     anchors = np.array([m[0] for m in members], dtype=np.int64)
     returns = np.array([m[3] for m in members], dtype=np.float64)
@@ -200,6 +210,19 @@ def gigpo(tree: RolloutTree, *, omega: float = 1.0, gamma: float = 0.95, eps: fl
             _, index, turn, _ = members[position]
             step[index][turn] = value
     return [episode[i] + omega * step[i] for i in range(len(group))]
+
+
+ANCHORS = ("observation", "env_state")
+"""How :func:`gigpo` compares states: the observation text, or the environment's
+``info["anchor_state"]``."""
+
+
+def _anchor_key(node: Node, anchor: str) -> str:
+    """The state ``node``'s turn was taken from, as :func:`gigpo` compares them (prefixed so
+    that an observation text never equals a reported state)."""
+    if anchor == "env_state" and "anchor_state" in node.info:
+        return f"state:{node.info['anchor_state']}"
+    return f"text:{node.observation_text}"
 
 
 def treepo(tree: RolloutTree, *, eps: float = 1e-6, std: str = "population") -> np.ndarray:

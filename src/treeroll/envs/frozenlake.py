@@ -121,7 +121,8 @@ class FrozenLakeEnv:
     ``info`` on every step: ``success`` (bool, True once the goal is reached), ``format_error``,
     ``position`` (row, col), ``action_names`` (moves executed this turn, as intended),
     ``invalid_actions`` (the reply pieces that were not valid actions), ``turn``,
-    ``actions_used``.
+    ``actions_used``, ``anchor_state`` (the cell as ``"row,col"``: the state GiGPO's
+    ``advantage.gigpo.anchor env_state`` compares, without the observation's turn counter).
     """
 
     def __init__(self, config: FrozenLakeConfig | None = None) -> None:
@@ -213,6 +214,7 @@ class FrozenLakeEnv:
             "invalid_actions": invalid,
             "turn": self.turn,
             "actions_used": self.actions_used,
+            "anchor_state": f"{self.position[0]},{self.position[1]}",
         }
         if self.success:
             ending = _GOAL_TEXT

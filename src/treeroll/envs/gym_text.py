@@ -43,7 +43,9 @@ class GymTextEnv:
 
     ``info`` on every step: the wrapped environment's info (when it was stepped), plus
     ``success`` (bool), ``format_error`` (bool), ``action_index`` (``None`` when invalid),
-    ``action_names`` and ``invalid_actions`` (lists), ``turn``.
+    ``action_names`` and ``invalid_actions`` (lists), ``turn``, and for a ``Discrete``
+    observation space ``anchor_state`` (the state's index, as text: what GiGPO's
+    ``advantage.gigpo.anchor env_state`` compares).
     """
 
     def __init__(
@@ -141,6 +143,8 @@ class GymTextEnv:
             action_index=index,
             turn=self.turn,
         )
+        if isinstance(self.env.observation_space, spaces.Discrete):
+            info["anchor_state"] = str(int(self._last_observation))
         return prefix + self._render(), reward, terminated, truncated, info
 
     def fork(self) -> GymTextEnv:
