@@ -36,7 +36,9 @@ policy (``configs/smollm2_rl.yaml``) and adds ``sft_success``, ``rl_start_succes
 ``--rl-only`` runs ``configs/smollm2_rl.yaml`` alone, from the shipped start
 ``smollm2-frozenlake`` (the figure ``real_model_rl``): ``rl_start_success`` and
 ``rl_final_success`` on 256 held-out tasks, ``rl_gain``, ``rl_separated``, the minutes and
-per-step means (rollout and update seconds, groups with a signal).
+per-step means (rollout and update seconds, groups with a signal). Where the recipe samples
+through vLLM (``backend.name: vllm``), ``--rl-only`` runs inside the engine's environment
+(``bench/vllm_env.py``), as ``bench/vllm_cpu.py`` does.
 
 Usage: ``python bench/real_model.py --quick``; the JSON object is the last line.
 """
@@ -318,14 +320,10 @@ def rl_run(args: argparse.Namespace, init: str | None = None) -> dict[str, Any]:
     unless ``init`` names another): held-out success before and after, the minutes (in all,
     and of the steps alone), and per
     step the rollout and update seconds, the tokens and the groups with a signal."""
-    from treeroll.cli.commands import parse_settings
     from treeroll.training.trainer import train
 
     runs = str(Path(args.runs_dir))
-    rl_config = parse_settings(TrainConfig, ["--config", "configs/smollm2_rl.yaml",
-                                             "--runs-dir", runs,
-                                             *(["--policy.init", init] if init else [])],
-                               "", command="train")
+    rl_config = _rl_config(runs, init)
     start = time.perf_counter()
     rl, earlier = resumed(rl_config, train)
     rl_minutes = (time.perf_counter() - start) / 60
@@ -356,7 +354,31 @@ def rl_run(args: argparse.Namespace, init: str | None = None) -> dict[str, Any]:
             "rl_tasks_per_step": rl_config.optim.tasks_per_step,
             "rl_minibatches": rl_config.optim.minibatches,
             "rl_advantage": rl_config.advantage.name,
-            "rl_strategy": rl_config.strategy.name}
+            "rl_strategy": rl_config.strategy.name, "rl_backend": rl_config.backend.name}
+
+
+def _rl_config(runs: str, init: str | None = None) -> Any:
+    """``configs/smollm2_rl.yaml`` with its runs under ``runs`` (and ``init`` its start)."""
+    from treeroll.cli.commands import parse_settings
+
+    return parse_settings(TrainConfig, ["--config", "configs/smollm2_rl.yaml", "--runs-dir", runs,
+                                        *(["--policy.init", init] if init else [])],
+                          "", command="train")
+
+
+def _engine_environment(runs: str) -> None:
+    """Where the recipe samples through the vLLM engine, run this script again inside the
+    engine's environment (``bench/vllm_env.py``, built once), with the KV cache the recipe
+    names; otherwise return."""
+    config = _rl_config(runs)
+    if config.backend.name != "vllm":
+        return
+    import os
+
+    import vllm_env
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(config.backend.vllm.cpu_kvcache_gib))
+    vllm_env.reexec_in_venv()
 
 
 def main() -> None:
@@ -381,6 +403,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.rl_only:
+        _engine_environment(args.runs_dir)
         result = rl_run(args)
         result.update(policy="smollm2-frozenlake", threads=args.threads,
                       convention=CONVENTION_SAFE)

@@ -4,6 +4,7 @@ longer than a session finishes when it is run again) and start over on another."
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,3 +55,26 @@ def test_a_long_figures_run_resumes_on_its_commit_is_read_back_and_starts_over_o
     monkeypatch.setattr(real_model, "_commit", lambda: "b" * 40 + "+dirty")
     real_model.resumed(config, run)
     assert calls[-1] is False  # uncommitted code never continues anything
+
+
+def test_rl_only_runs_in_the_engines_environment_only_when_the_recipe_samples_with_vllm(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--rl-only`` re-executes itself in ``bench/vllm_env.py``'s environment, with the
+    recipe's KV cache size, exactly when ``configs/smollm2_rl.yaml`` (as read) names vllm."""
+    import real_model
+    import vllm_env
+    from treeroll.config import TrainConfig, merged_config
+
+    reexecs: list[str | None] = []
+    monkeypatch.setattr(vllm_env, "reexec_in_venv",
+                        lambda: reexecs.append(os.environ.get("VLLM_CPU_KVCACHE_SPACE")))
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    hf = merged_config(TrainConfig(), {"backend": {"name": "hf"}})
+    monkeypatch.setattr(real_model, "_rl_config", lambda runs, init=None: hf)
+    real_model._engine_environment("runs")
+    assert reexecs == []
+    engine = merged_config(TrainConfig(), {"backend": {"name": "vllm",
+                                                       "vllm": {"cpu_kvcache_gib": 3}}})
+    monkeypatch.setattr(real_model, "_rl_config", lambda runs, init=None: engine)
+    real_model._engine_environment("runs")
+    assert reexecs == ["3"]
