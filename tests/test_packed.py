@@ -403,7 +403,7 @@ def test_update_minibatches_hold_whole_groups_and_metrics_average_them(monkeypat
     minibatch's metrics and its number of optimiser steps, not the last minibatch's."""
     from collections import Counter
 
-    from treeroll.training import trainer
+    from treeroll.training import update as ppo
 
     rng = random.Random(3)
     items = items_of([random_tree(rng, group, depth=3, width=2) for group in range(6)])
@@ -417,13 +417,13 @@ def test_update_minibatches_hold_whole_groups_and_metrics_average_them(monkeypat
         return {"loss": k, "clip_fraction": 0.1 * k, "entropy": 2.0 * k, "kl": 0.0,
                 "abs_log_ratio": 0.3 * k}
 
-    monkeypatch.setattr(trainer, "expanded_backward", backward)
+    monkeypatch.setattr(ppo, "expanded_backward", backward)
     config = TrainConfig()
     config.optim.packed = False
     config.optim.minibatches = 3
     config.optim.ppo_epochs = 2
     model = torch.nn.Linear(2, 1)
-    metrics = trainer.ppo_update(model, torch.optim.SGD(model.parameters(), lr=0.1), items, config,
+    metrics = ppo.ppo_update(model, torch.optim.SGD(model.parameters(), lr=0.1), items, config,
                               None, np.random.default_rng(0))
     size = Counter(item.trajectory.group_id for item in items)
     for batch in calls:
@@ -450,7 +450,7 @@ def test_leaves_without_signal_are_not_forwarded_and_the_step_is_the_same(
     holding them and others; with four minibatches, two of them hold nothing else and still
     take their optimiser step, momentum and weight decay included): the weights after the
     update are those of the update that forwards every leaf."""
-    from treeroll.training import trainer
+    from treeroll.training import update as ppo
     from treeroll.training.loss import token_weights
 
     rng = random.Random(8)
@@ -467,20 +467,20 @@ def test_leaves_without_signal_are_not_forwarded_and_the_step_is_the_same(
         # decay move the weights on zero gradients too, so a skipped step would show
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.1)
         for _ in range(2):  # the second update's silent minibatches move on the momentum
-            metrics = trainer.ppo_update(model, optimizer, items, config, None,
+            metrics = ppo.ppo_update(model, optimizer, items, config, None,
                                          np.random.default_rng(0))
         return model, metrics
 
-    real = trainer.with_signal
+    real = ppo.with_signal
 
     def counted(batch: Any, loss: Any, kl: bool) -> Any:
         kept = real(batch, loss, kl)
         forwarded.append(len(kept[0]))
         return kept
 
-    monkeypatch.setattr(trainer, "with_signal", counted)
+    monkeypatch.setattr(ppo, "with_signal", counted)
     skipping, metrics = update()
-    monkeypatch.setattr(trainer, "with_signal",
+    monkeypatch.setattr(ppo, "with_signal",
                         lambda batch, loss, kl: (list(batch), token_weights(batch, loss)))
     every, _ = update()
     silent = sum(sum(i.trajectory.response_mask) for i in items if i.trajectory.group_id % 2)

@@ -203,8 +203,8 @@ def gigpo(tree: RolloutTree, *, omega: float = 1.0, gamma: float = 0.95, eps: fl
     step = [np.zeros(leaf.depth) for leaf in group]
     anchors = np.array([m[0] for m in members], dtype=np.int64)
     returns = np.array([m[3] for m in members], dtype=np.float64)
-    for anchor in range(len(keys)):
-        chosen = np.flatnonzero(anchors == anchor)
+    for key in range(len(keys)):
+        chosen = np.flatnonzero(anchors == key)
         values = normalise(returns[chosen], eps=eps, std=std, singleton=singleton)
         for position, value in zip(chosen, values, strict=True):
             _, index, turn, _ = members[position]
