@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["CausalLM", "PolicyParts", "cache_keyword"]
+__all__ = ["CausalLM", "PolicyParts", "cache_argument", "cache_keyword"]
 
 
 class CausalLM(Protocol):
@@ -109,6 +109,12 @@ def cache_keyword(model: Any) -> str | None:  # Any: a model or anything else (i
     per class: every forward call asks."""
     kind: type = type(model)
     return _cache_keyword_of(kind)
+
+
+def cache_argument(model: Any) -> str:  # Any: as cache_keyword
+    """The keyword to pass ``model``'s KV cache by: :func:`cache_keyword`, or ``cache`` (the
+    current name) for a forward that names neither (a wrapper passing ``**kwargs`` on)."""
+    return cache_keyword(model) or "cache"
 
 
 @functools.cache

@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from treeroll.backends.weights import model_device
-from treeroll.causal_lm import CausalLM, cache_keyword
+from treeroll.causal_lm import CausalLM, cache_argument, cache_keyword
 from treeroll.credit.objectives import policy_loss
 from treeroll.heads import HeadReshaped, check_logits, head_at
 from treeroll.training import attention
@@ -427,7 +427,7 @@ def _forward(model: CausalLM, ids: torch.Tensor, positions: torch.Tensor, past: 
     with head_at(model, rows, cols), \
             torch.autocast(device.type, dtype=torch.bfloat16, enabled=bfloat16):
         out = model(input_ids=ids, position_ids=positions, use_cache=True,
-                    **{cache_keyword(model) or "cache": cache}, **extra)
+                    **{cache_argument(model): cache}, **extra)
     if past and attention.CALLS[0] == calls:
         raise PackingUnsupported(
             f"{type(model).__name__} did not call transformers' attention interface, so a "

@@ -86,7 +86,7 @@ def ppo_update(model: CausalLM, optimizer: torch.optim.Optimizer, items: list[Tr
                                                              config.optim.max_grad_norm))
             optimizer.step()
             tally.add({**metrics, "grad_norm": grad_norm}, whole=_model_tokens(batch),
-                      trained=trained, forwarded=_model_tokens(active))
+                      trained=trained, forwarded=trained or _model_tokens(active))
     model.eval()
     return tally.averaged()
 

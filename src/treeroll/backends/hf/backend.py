@@ -47,7 +47,7 @@ from treeroll.backends.hf.decode import DecodeBatch, Prefilled, _Row
 from treeroll.backends.hf.kv_trie import KV, KVTrie
 from treeroll.backends.weights import model_device, take_weights
 from treeroll.base import Completion, GenerationRequest, SamplingParams
-from treeroll.causal_lm import CausalLM, cache_keyword
+from treeroll.causal_lm import CausalLM, cache_argument
 from treeroll.heads import check_logits, head_at, head_at_works
 
 __all__ = ["HFBackend"]
@@ -361,7 +361,7 @@ class HFBackend:
         device = model_device(self.model)
         kwargs = {"input_ids": input_ids.to(device), "attention_mask": mask.to(device),
                   "position_ids": positions.to(device), "use_cache": True,
-                  cache_keyword(self.model) or "cache": cache}
+                  cache_argument(self.model): cache}
         if not last_only:
             return self.model(**kwargs).logits.float().cpu()
         # A prefill needs the last position's logits alone (rows are left-padded): with a
