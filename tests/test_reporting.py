@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import io
 import itertools
+import json
+import zlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -165,3 +168,62 @@ def test_resumed_scalar_log_drops_the_steps_after_its_checkpoint(tmp_path: Path,
         assert loss == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 14.0), (5, 15.0), (6, 16.0)]
     else:  # without resume_step both attempts' steps 4 and 5 show
         assert [step for step, _ in loss] == [1, 2, 3, 4, 5, 4, 5, 6]
+
+
+class PromptScriptedBackend(ScriptedBackend):
+    """Replies chosen by the prompt alone: a task's episode does not depend on its batch."""
+
+    def __init__(self, replies: list[str]) -> None:
+        super().__init__(replies, choose_by_seed=True)
+
+    def generate(self, requests: Any, params: Any) -> Any:
+        """The scripted reply of each request's prompt (its seed replaced by the prompt's)."""
+        return super().generate([replace(request, seed=zlib.crc32(str(request.prompt_ids).encode()))
+                                 for request in requests], params)
+
+
+def test_an_evaluation_read_on_its_first_tasks_equals_evaluating_those_tasks_alone(
+        byte_format) -> None:
+    """The start and the end of a run are read on the in-between evaluations' tasks too."""
+    seeds = list(range(10, 22))
+
+    def run(count: int) -> Any:
+        return evaluate(PromptScriptedBackend(["```Right```", "```Down```", "Up?"]), byte_format,
+                        lambda: make_frozenlake("rllm", size_min=3, size_max=5),
+                        seeds[:count], EvalConfig(tasks=count), RolloutConfig(max_depth=6))
+
+    whole, alone = run(12), run(5)
+    first = whole.first(5)
+    assert (first.as_dict(), first.successes) == (alone.as_dict(), alone.successes)
+    assert len(first.trees) == 5
+    # Not trivially equal: the twelve tasks' figures differ from the first five's.
+    assert (whole.success_rate, whole.format_ok) != (alone.success_rate, alone.format_ok)
+    assert whole.first(12) is whole
+    with pytest.raises(ValueError, match="1 to 12"):
+        whole.first(13)
+
+
+@pytest.mark.parametrize(("every", "tasks_during"), [(1, 2), (1, 6), (0, 2)])
+def test_a_run_evaluating_during_training_reads_its_start_and_end_on_those_tasks_too(
+        tmp_path: Path, every: int, tasks_during: int) -> None:
+    from treeroll.config import load_config
+    from treeroll.training.trainer import train
+
+    config = load_config("configs/tiny.yaml")
+    config.runs_dir, config.threads, config.name = str(tmp_path), 1, "curve"
+    config.optim.steps = 2
+    config.eval = replace(config.eval, tasks=4, every=every, tasks_during=tasks_during)
+    summary = train(config)
+    records = [json.loads(line)
+               for line in (tmp_path / "curve" / "metrics.jsonl").read_text().splitlines()]
+    start, final = records[0], records[-1]
+    assert start["step"] == 0 and final["final"]
+    during = [r["eval"]["tasks"] for r in records if "leaves" in r and "eval" in r]
+    assert during == ([tasks_during] if every else [])  # step 1 (step 2's is the final one)
+    for record, end in ((start, "start"), (final, "final")):
+        assert record["eval"]["tasks"] == 4 and summary[f"{end}_eval"] == record["eval"]
+        if every:
+            assert record["eval_during"]["tasks"] == tasks_during
+            assert summary[f"{end}_eval_during"] == record["eval_during"]
+        else:
+            assert "eval_during" not in record and f"{end}_eval_during" not in summary

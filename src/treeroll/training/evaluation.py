@@ -66,6 +66,24 @@ class EvalResult:
     trees: list[RolloutTree] = field(default_factory=list)
     """The evaluated episodes, one tree per task (not in :meth:`as_dict`)."""
 
+    def first(self, tasks: int) -> EvalResult:
+        """The same evaluation restricted to its first ``tasks`` tasks (the evaluations made
+        during training are on a pool's first ``eval.tasks_during`` tasks: the start and the
+        end, made on more, are read on those too, so that the curve compares like with
+        like)."""
+        if not 1 <= tasks <= self.tasks:
+            raise ValueError(f"first({tasks}): an evaluation of {self.tasks} tasks has "
+                             f"1 to {self.tasks} first tasks")
+        if tasks == self.tasks:
+            return self
+        successes, trees = self.successes[:tasks], self.trees[:tasks]
+        turns = [node for tree in trees for leaf in leaves(tree) for node in path_to(leaf)[1:]]
+        well_formed = sum(not node.info.get("format_error", False) for node in turns)
+        low, high = wilson_interval(sum(successes), tasks)
+        return replace(self, success_rate=sum(successes) / tasks, low=low, high=high,
+                       tasks=tasks, format_ok=well_formed / max(len(turns), 1),
+                       successes=successes, trees=trees)
+
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON."""
         return {"success_rate": self.success_rate, "ci95_low": self.low, "ci95_high": self.high,

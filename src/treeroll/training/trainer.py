@@ -33,7 +33,14 @@ from treeroll.credit.estimators import token_credit, weighted
 from treeroll.engine.batch import count_status, rollout
 from treeroll.policies import build_policy, check_context_length, save_policy
 from treeroll.training.behaviour import StaleBehaviour
-from treeroll.training.evaluation import QuietReporter, Reporter, evaluate, pool_words, task_pools
+from treeroll.training.evaluation import (
+    EvalResult,
+    QuietReporter,
+    Reporter,
+    evaluate,
+    pool_words,
+    task_pools,
+)
 from treeroll.training.lifecycle import Lifecycle
 from treeroll.training.loss import TrainItem
 from treeroll.training.runfolder import (
@@ -191,10 +198,25 @@ class _TrainingRun:
             self.summary["warm_start_loss"] = format_warm_start(
                 self.policy, self.make_env, self.train_seeds, config.policy, self.rng,
                 self.reporter)
-        self.summary["start_eval"] = self._evaluate(config.eval.tasks, "the starting policy")
-        append_jsonl(self.folder.metrics, {"step": 0, "eval": self.summary["start_eval"]})
+        record = self._evaluate_end("start", "the starting policy")
+        append_jsonl(self.folder.metrics, {"step": 0, **record})
 
-    def _evaluate(self, tasks: int, what: str | None = None) -> dict[str, Any]:
+    def _evaluate_end(self, end: str, what: str) -> dict[str, Any]:
+        """The start's or the end's evaluation, on ``eval.tasks`` tasks (``<end>_eval`` in the
+        summary); when the run also evaluates during training (``eval.every``), read on their
+        first ``eval.tasks_during`` too (``<end>_eval_during``: the curve then compares the
+        same tasks throughout). Returns the metrics record's evaluation keys."""
+        evaluation = self.config.eval
+        during = evaluation.tasks_during if evaluation.every else 0
+        result = self._evaluate(max(evaluation.tasks, during), what)
+        self.summary[f"{end}_eval"] = result.first(evaluation.tasks).as_dict()
+        record = {"eval": self.summary[f"{end}_eval"]}
+        if during:
+            self.summary[f"{end}_eval_during"] = result.first(during).as_dict()
+            record["eval_during"] = self.summary[f"{end}_eval_during"]
+        return record
+
+    def _evaluate(self, tasks: int, what: str | None = None) -> EvalResult:
         """Held-out evaluation on the first ``tasks`` tasks; a phase of its own with
         per-task progress when ``what`` names it (not during training: the training bar
         goes on)."""
@@ -204,7 +226,7 @@ class _TrainingRun:
             reporter.phase(f"evaluating {what} on {tasks} {pool_words(self.config.eval)} tasks",
                            tasks)
         return evaluate(self.backend, self.turn_format, self.make_env, self.held_out[:tasks],
-                        self.config.eval, self.config.rollout, reporter=reporter).as_dict()
+                        self.config.eval, self.config.rollout, reporter=reporter)
 
     def save(self) -> None:
         """Checkpoint the state after step ``done`` (atomically)."""
@@ -237,14 +259,13 @@ class _TrainingRun:
                 if step % config.checkpoint_every == 0:
                     self.save()
             self.save()
-            self.summary["final_eval"] = self._evaluate(config.eval.tasks, "the trained policy")
+            final = self._evaluate_end("final", "the trained policy")
             self.scalars.record(config.optim.steps, {"eval": self.summary["final_eval"]})
         self.summary["steps"] = config.optim.steps
         self.summary["generated_tokens"] = self.cumulative["generated"]
         self._export()
         self.summary["finished"] = True
-        append_jsonl(self.folder.metrics, {"step": config.optim.steps, "final": True,
-                                           "eval": self.summary["final_eval"]})
+        append_jsonl(self.folder.metrics, {"step": config.optim.steps, "final": True, **final})
         self.lifecycle.write_summary(self.summary)
         _write_plots(run_dir)
         return self.summary
@@ -303,7 +324,7 @@ class _TrainingRun:
                                   batch.timing, self.cumulative)
             if (config.eval.every and step % config.eval.every == 0
                     and step < config.optim.steps):
-                record["eval"] = self._evaluate(config.eval.tasks_during)
+                record["eval"] = self._evaluate(config.eval.tasks_during).as_dict()
             append_jsonl(self.folder.metrics, record)
             self.scalars.record(step, record)
         if config.save_trees_every and (step % config.save_trees_every == 0
