@@ -42,7 +42,8 @@ from treeroll.cli.compare import (
     settings_changed,
     train_side_by_side,
 )
-from treeroll.config import check_config, load_config, merged_config
+from treeroll.config import load_config, merged_config
+from treeroll.config_checks import check_config
 from treeroll.training.runfolder import finished_steps
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,8 @@ import pytest
 
 from treeroll.checks import ConfigError, checked, validate
 from treeroll.cli.commands import main
-from treeroll.config import TrainConfig, check_config
+from treeroll.config import TrainConfig
+from treeroll.config_checks import check_config
 from treeroll.training.sft import SFTConfig
 
 

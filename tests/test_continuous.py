@@ -180,7 +180,8 @@ def test_the_config_check_refuses_continuous_batching_on_a_registered_backend_th
     from dataclasses import replace
 
     from treeroll.backends import backend_streams
-    from treeroll.config import TrainConfig, check_config
+    from treeroll.config import TrainConfig
+    from treeroll.config_checks import check_config
 
     base = TrainConfig()
     streaming = replace(base, rollout=replace(base.rollout, continuous=True, synchronous=False))

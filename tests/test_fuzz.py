@@ -55,7 +55,8 @@ def _leaf_keys(data: dict, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str
 def _config_error(path: tuple[str, ...], value: object, tmp_path: Path) -> Exception | None:
     import yaml
 
-    from treeroll.config import check_config, load_config
+    from treeroll.config import load_config
+    from treeroll.config_checks import check_config
 
     data: dict = {}
     node = data

@@ -14,7 +14,8 @@ from safetensors.torch import load_file
 
 from tests.test_sft import _tiny_config
 from treeroll.checks import ConfigError
-from treeroll.config import PolicyConfig, TrainConfig, check_config
+from treeroll.config import PolicyConfig, TrainConfig
+from treeroll.config_checks import check_config
 from treeroll.policies import load_policy, policy_defaults
 from treeroll.policies.lora import LoraSettings, add_lora
 from treeroll.training.sft import SFTOptimConfig

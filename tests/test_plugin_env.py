@@ -53,7 +53,8 @@ def test_an_environment_whose_settings_have_no_check_across_fields_is_accepted(t
     # plain_lake's settings dataclass has no problems() method: the checks must not need one
     done = run_python(_site(tmp_path), """
         import json
-        from treeroll.config import TrainConfig, check_config
+        from treeroll.config import TrainConfig
+        from treeroll.config_checks import check_config
         from treeroll.envs import EnvConfig, env_problems
 
         config = TrainConfig(env=EnvConfig(name="plain_lake"))

@@ -11,7 +11,8 @@ import warnings
 import pytest
 
 from treeroll.checks import ConfigError
-from treeroll.config import TrainConfig, check_config, load_config, merged_config
+from treeroll.config import TrainConfig, load_config, merged_config
+from treeroll.config_checks import check_config
 
 
 def test_an_estimators_block_set_for_another_estimator_is_refused_naming_both():

@@ -61,7 +61,8 @@ def test_the_command_line_offers_the_plugged_in_strategys_settings(tmp_path):
 def test_without_the_entry_point_the_strategy_is_unknown_and_the_error_lists_the_valid(tmp_path):
     (tmp_path / "site").mkdir()
     done = _python(tmp_path / "site", """
-        from treeroll.config import TrainConfig, check_config
+        from treeroll.config import TrainConfig
+        from treeroll.config_checks import check_config
         from treeroll.strategies import StrategyConfig
         config = TrainConfig(strategy=StrategyConfig(name="first_fork"))
         check_config(config)

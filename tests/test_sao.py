@@ -96,7 +96,8 @@ def test_the_lag_changes_what_the_update_sees(tmp_path) -> None:
 def test_settings_that_do_not_go_together_are_refused_before_work() -> None:
     from dataclasses import replace
 
-    from treeroll.config import TrainConfig, check_config
+    from treeroll.config import TrainConfig
+    from treeroll.config_checks import check_config
 
     base = TrainConfig()
     optim, loss = base.optim, base.optim.loss

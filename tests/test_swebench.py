@@ -262,7 +262,8 @@ def test_a_hack_that_fooled_plain_pytest_earns_nothing(instance, sandbox, hack):
 def test_the_cli_options_load_instances_for_swe_and_refuse_misuse(instance, tmp_path):
     from dataclasses import replace
 
-    from treeroll.config import TrainConfig, check_config
+    from treeroll.config import TrainConfig
+    from treeroll.config_checks import check_config
     from treeroll.envs import EnvConfig, SWESettings, make_env_factory
 
     root, jsonl, row, _ = instance

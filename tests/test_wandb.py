@@ -16,7 +16,8 @@ import pytest
 
 pytest.importorskip("wandb")
 
-from treeroll.config import TrainConfig, WandbConfig, check_config
+from treeroll.config import TrainConfig, WandbConfig
+from treeroll.config_checks import check_config
 from treeroll.training.tensorboard import flatten_scalars
 
 ROOT = Path(__file__).resolve().parent.parent

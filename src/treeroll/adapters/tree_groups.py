@@ -47,7 +47,8 @@ from treeroll.base import (
     Strategy,
 )
 from treeroll.causal_lm import CausalLM
-from treeroll.config import TrainConfig, check_config, load_config
+from treeroll.config import TrainConfig, load_config
+from treeroll.config_checks import check_config
 from treeroll.credit import make_estimator
 from treeroll.credit.estimators import token_credit, weighted
 from treeroll.engine import RolloutConfig, make_allocator, rollout

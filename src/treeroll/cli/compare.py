@@ -32,7 +32,8 @@ import yaml
 
 from treeroll.base import ScoringStrategy
 from treeroll.checks import checked, validate
-from treeroll.config import TrainConfig, as_current, check_config, config_to_dict
+from treeroll.config import TrainConfig, as_current, config_to_dict
+from treeroll.config_checks import check_config
 from treeroll.stats import t_interval, target_section
 from treeroll.training.evaluation import Reporter
 from treeroll.training.runfolder import config_differences, finished_steps

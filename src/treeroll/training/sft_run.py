@@ -22,7 +22,8 @@ from treeroll.backends import BackendConfig, make_backend
 from treeroll.base import Env, ExpertEnv
 from treeroll.causal_lm import CausalLM
 from treeroll.checks import ConfigError
-from treeroll.config import PolicyConfig, check_config, config_to_dict
+from treeroll.config import PolicyConfig, config_to_dict
+from treeroll.config_checks import check_config
 from treeroll.envs import make_env_factory
 from treeroll.formatting import TurnFormat
 from treeroll.policies import Policy, build_policy, check_context_length, save_policy

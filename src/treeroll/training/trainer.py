@@ -28,7 +28,8 @@ from treeroll.base import (
     LearningScorer,
     plugin_name,
 )
-from treeroll.config import TrainConfig, check_config
+from treeroll.config import TrainConfig
+from treeroll.config_checks import check_config
 from treeroll.credit.estimators import token_credit, weighted
 from treeroll.engine.batch import count_status, rollout
 from treeroll.policies import build_policy, check_context_length, save_policy
