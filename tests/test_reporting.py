@@ -184,7 +184,9 @@ class PromptScriptedBackend(ScriptedBackend):
 
 def test_an_evaluation_read_on_its_first_tasks_equals_evaluating_those_tasks_alone(
         byte_format) -> None:
-    """The start and the end of a run are read on the in-between evaluations' tasks too."""
+    """The start and the end of a run are read on the in-between evaluations' tasks too:
+    where a task's episode does not depend on the tasks beside it (greedy; here replies
+    chosen by the prompt), that reading is the evaluation of those tasks alone."""
     seeds = list(range(10, 22))
 
     def run(count: int) -> Any:
@@ -203,27 +205,39 @@ def test_an_evaluation_read_on_its_first_tasks_equals_evaluating_those_tasks_alo
         whole.first(13)
 
 
-@pytest.mark.parametrize(("every", "tasks_during"), [(1, 2), (1, 6), (0, 2)])
-def test_a_run_evaluating_during_training_reads_its_start_and_end_on_those_tasks_too(
-        tmp_path: Path, every: int, tasks_during: int) -> None:
+@pytest.mark.parametrize(("every", "tasks_during"), [(1, 2), (1, 4), (1, 6), (0, 2)])
+def test_a_run_evaluating_during_training_on_fewer_tasks_reads_its_ends_on_them_too(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, every: int, tasks_during: int) -> None:
+    """The start's and the end's ``eval_during`` are those evaluations read on their first
+    ``tasks_during`` tasks; none where the ends have no more tasks, or nothing runs during."""
     from treeroll.config import load_config
-    from treeroll.training.trainer import train
+    from treeroll.training import trainer
+    from treeroll.training.evaluation import EvalResult
 
+    made: list[EvalResult] = []
+
+    def spy(*args: Any, **kwargs: Any) -> EvalResult:
+        made.append(evaluate(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(trainer, "evaluate", spy)
     config = load_config("configs/tiny.yaml")
     config.runs_dir, config.threads, config.name = str(tmp_path), 1, "curve"
     config.optim.steps = 2
     config.eval = replace(config.eval, tasks=4, every=every, tasks_during=tasks_during)
-    summary = train(config)
+    summary = trainer.train(config)
     records = [json.loads(line)
                for line in (tmp_path / "curve" / "metrics.jsonl").read_text().splitlines()]
     start, final = records[0], records[-1]
     assert start["step"] == 0 and final["final"]
     during = [r["eval"]["tasks"] for r in records if "leaves" in r and "eval" in r]
     assert during == ([tasks_during] if every else [])  # step 1 (step 2's is the final one)
-    for record, end in ((start, "start"), (final, "final")):
-        assert record["eval"]["tasks"] == 4 and summary[f"{end}_eval"] == record["eval"]
-        if every:
-            assert record["eval_during"]["tasks"] == tasks_during
-            assert summary[f"{end}_eval_during"] == record["eval_during"]
+    assert [result.tasks for result in made] == [4, *during, 4]
+    for record, end, result in ((start, "start", made[0]), (final, "final", made[-1])):
+        assert record["eval"] == summary[f"{end}_eval"] == result.as_dict()
+        if every and tasks_during < 4:
+            expected = result.first(tasks_during).as_dict()
+            assert record["eval_during"] == summary[f"{end}_eval_during"] == expected
+            assert expected["tasks"] == tasks_during
         else:
             assert "eval_during" not in record and f"{end}_eval_during" not in summary

@@ -236,6 +236,30 @@ def test_plot_metrics_draws_held_out_evaluations_with_their_intervals(tmp_path: 
     assert len(training) == 2  # per step and its moving average
 
 
+def test_plot_metrics_joins_the_start_and_end_read_on_the_in_between_tasks(
+        tmp_path: Path) -> None:
+    """A run that evaluates during training records its start and end on those tasks too
+    (``eval_during``): they are drawn, with the in-between evaluations, as one curve."""
+    from matplotlib.container import ErrorbarContainer
+
+    log = _training_log(tmp_path / "metrics.jsonl")
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    records[0]["eval_during"] = {"success_rate": 0.4375, "ci95_low": 0.2, "ci95_high": 0.6,
+                                 "tasks": 16}
+    records[-1]["eval_during"] = {"success_rate": 0.75, "ci95_low": 0.5, "ci95_high": 0.9,
+                                  "tasks": 16}
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    success = metrics_figure(log, keys=KEYS).axes[0]
+    ends, same = [c for c in success.containers if isinstance(c, ErrorbarContainer)]
+    assert list(ends.lines[0].get_xdata()) == [0, 10, 20]  # every evaluation, as before
+    assert list(same.lines[0].get_xdata()) == [0, 10, 20]
+    assert list(same.lines[0].get_ydata()) == [0.4375, 0.5625, 0.75]
+    assert "the same 16 tasks throughout" in [t.get_text()
+                                              for t in success.get_legend().get_texts()]
+    plain = metrics_figure(_training_log(tmp_path / "plain.jsonl"), keys=KEYS).axes[0]
+    assert len([c for c in plain.containers if isinstance(c, ErrorbarContainer)]) == 1
+
+
 def test_plot_metrics_skips_a_series_identical_to_an_earlier_panel(tmp_path: Path) -> None:
     same = metrics_figure(_training_log(tmp_path / "same.jsonl"), keys=KEYS)
     titles = [ax.get_title() for ax in same.axes if ax.get_visible()]

@@ -143,7 +143,7 @@ class EvalConfig:
     every: int = checked(0, ge=0)
     """Also evaluate every this many steps on ``tasks_during`` tasks (0 = only start and end)."""
     tasks_during: int = checked(64, ge=1, le=HELD_OUT_RESERVED)
-    """The pool's first tasks evaluated during training; start and end read on them too."""
+    """The pool's first tasks evaluated during training (train reads its ends on them too)."""
     temperature: float = checked(0.0, ge=0)
     """Sampling temperature of the evaluation (0 = greedy)."""
     seed: int = checked(42, ge=0)

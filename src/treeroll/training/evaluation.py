@@ -70,7 +70,9 @@ class EvalResult:
         """The same evaluation restricted to its first ``tasks`` tasks (the evaluations made
         during training are on a pool's first ``eval.tasks_during`` tasks: the start and the
         end, made on more, are read on those too, so that the curve compares like with
-        like)."""
+        like). Greedy, a task's episode does not depend on the others evaluated beside it
+        (up to batched arithmetic); sampled, the draws do, so this is the same evaluation
+        read on fewer tasks, not the draws of a separate one on them."""
         if not 1 <= tasks <= self.tasks:
             raise ValueError(f"first({tasks}): an evaluation of {self.tasks} tasks has "
                              f"1 to {self.tasks} first tasks")

@@ -204,16 +204,17 @@ class _TrainingRun:
 
     def _evaluate_end(self, end: str, what: str) -> dict[str, Any]:
         """The start's or the end's evaluation, on ``eval.tasks`` tasks (``<end>_eval`` in the
-        summary); when the run also evaluates during training (``eval.every``), read on their
-        first ``eval.tasks_during`` too (``<end>_eval_during``: the curve then compares the
-        same tasks throughout). Returns the metrics record's evaluation keys."""
+        summary); when the run also evaluates during training (``eval.every``) on fewer
+        tasks, the same evaluation read on its first ``eval.tasks_during`` too
+        (``<end>_eval_during``: with it the curve compares the same tasks throughout; with
+        more tasks during training than at the ends there is none). Returns the metrics
+        record's evaluation keys."""
         evaluation = self.config.eval
-        during = evaluation.tasks_during if evaluation.every else 0
-        result = self._evaluate(max(evaluation.tasks, during), what)
-        self.summary[f"{end}_eval"] = result.first(evaluation.tasks).as_dict()
+        result = self._evaluate(evaluation.tasks, what)
+        self.summary[f"{end}_eval"] = result.as_dict()
         record = {"eval": self.summary[f"{end}_eval"]}
-        if during:
-            self.summary[f"{end}_eval_during"] = result.first(during).as_dict()
+        if evaluation.every and evaluation.tasks_during < evaluation.tasks:
+            self.summary[f"{end}_eval_during"] = result.first(evaluation.tasks_during).as_dict()
             record["eval_during"] = self.summary[f"{end}_eval_during"]
         return record
 

@@ -99,6 +99,24 @@ def _held_out_points(raw: list[dict[str, Any]], positions: list[float | None]
     return points
 
 
+def _same_tasks_points(raw: list[dict[str, Any]], positions: list[float | None]
+                       ) -> list[_HeldOutPoint]:
+    """The evaluations on the in-between evaluations' tasks, start to end: the start's and
+    the end's ``eval_during`` (``treeroll train`` reads them on those tasks too) with the
+    in-between ``eval`` records; none for a log without ``eval_during``."""
+    if not any(isinstance(record.get("eval_during"), dict) for record in raw):
+        return []
+    keyed = []
+    for record in raw:
+        if isinstance(record.get("eval_during"), dict):
+            keyed.append({"eval": record["eval_during"], "final": record.get("final")})
+        elif record.get("step") == 0 or record.get("final") is True:
+            keyed.append({})  # an end evaluation on the other task count only
+        else:
+            keyed.append(record)
+    return _held_out_points(keyed, positions)
+
+
 def _moving_average(values: Sequence[float]) -> tuple[int, list[float]]:
     """Trailing mean over ``window`` steps (an eighth of the run, 3 to 50), from the first full
     window on; no average for a run no longer than one window."""
@@ -110,9 +128,10 @@ def _moving_average(values: Sequence[float]) -> tuple[int, list[float]]:
 
 
 def _draw_success(ax: Any, series: list[tuple[float, float]],
-                  held_out: list[_HeldOutPoint]) -> None:
+                  held_out: list[_HeldOutPoint], same_tasks: list[_HeldOutPoint]) -> None:
     """Training success per step, its moving average, and the held-out evaluations with their
-    Wilson intervals, each labelled with its task count where that count changes."""
+    Wilson intervals, each labelled with its task count where that count changes; with
+    ``same_tasks``, the evaluations on the in-between tasks joined start to end."""
     if series:
         xs, ys = [p[0] for p in series], [p[1] for p in series]
         ax.plot(xs, ys, marker="." if len(xs) < 60 else "", linewidth=0.9, alpha=0.45,
@@ -136,6 +155,12 @@ def _draw_success(ax: Any, series: list[tuple[float, float]],
                             textcoords="offset points", ha="center", fontsize=7,
                             color="#d55e00")
             previous = point.tasks
+    if same_tasks:
+        ax.errorbar([p.x for p in same_tasks], [p.success_rate for p in same_tasks],
+                    yerr=[[max(0.0, p.success_rate - p.low) for p in same_tasks],
+                          [max(0.0, p.high - p.success_rate) for p in same_tasks]],
+                    fmt="s--", markersize=3, capsize=2, linewidth=0.9, color="#009e73",
+                    label=f"the same {same_tasks[0].tasks} tasks throughout")
     ax.set_ylim(-0.03, 1.08)
     ax.legend(fontsize=7, loc="best")
 
@@ -151,7 +176,9 @@ def metrics_figure(metrics_jsonl_path: str | Path, keys: Sequence[str] = DEFAULT
     if any(later < earlier for earlier, later in itertools.pairwise(xs)):
         xs = list(itertools.accumulate(xs))  # per-step counts -> cumulative
     by_record = {id(r): px for r, px in zip(records, xs, strict=True)}
-    held_out = _held_out_points(raw, [by_record.get(id(r)) for r in raw])
+    positions = [by_record.get(id(r)) for r in raw]
+    held_out = _held_out_points(raw, positions)
+    same_tasks = _same_tasks_points(raw, positions)
     panels: dict[str, list[tuple[float, float]]] = {}  # key -> its (x, value) series
     aliases: dict[str, list[str]] = {}  # key -> later keys with the identical series
     for key in keys:
@@ -177,7 +204,7 @@ def metrics_figure(metrics_jsonl_path: str | Path, keys: Sequence[str] = DEFAULT
     for index, (key, series) in enumerate(panels.items()):
         ax = axes[index // columns][index % columns]
         if key == "success_rate":
-            _draw_success(ax, series, held_out)
+            _draw_success(ax, series, held_out, same_tasks)
             ax.set_ylim(-0.03, 1.03)  # a rate: never an axis past 1
         else:
             ax.plot([p[0] for p in series], [p[1] for p in series],
