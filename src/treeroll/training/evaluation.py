@@ -78,13 +78,7 @@ class EvalResult:
                              f"1 to {self.tasks} first tasks")
         if tasks == self.tasks:
             return self
-        successes, trees = self.successes[:tasks], self.trees[:tasks]
-        turns = [node for tree in trees for leaf in leaves(tree) for node in path_to(leaf)[1:]]
-        well_formed = sum(not node.info.get("format_error", False) for node in turns)
-        low, high = wilson_interval(sum(successes), tasks)
-        return replace(self, success_rate=sum(successes) / tasks, low=low, high=high,
-                       tasks=tasks, format_ok=well_formed / max(len(turns), 1),
-                       successes=successes, trees=trees)
+        return _result(self.successes[:tasks], self.trees[:tasks], self.temperature, self.pool)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON."""
@@ -158,13 +152,20 @@ def evaluate(backend: GenerationBackend, turn_format: TurnFormat, make_env: Call
                     config=settings, seed=seed, on_turn=on_turn)
     backend.reset_cache()
     per_task = [leaves(tree) for tree in batch.trees]  # one each; none if the task failed
-    final = [leaf for group in per_task for leaf in group]
     successes = [bool(group[0].info.get("success")) if group else False for group in per_task]
-    wins = sum(successes)
-    turns = [node for leaf in final for node in path_to(leaf)[1:]]
-    well_formed = sum(not node.info.get("format_error", False) for node in turns)
-    low, high = wilson_interval(wins, len(seeds))
+    result = _result(successes, batch.trees, config.temperature, config.pool)
     if reporter is not None:
-        reporter.advance(len(seeds), {"success": wins / max(len(seeds), 1)})
-    return EvalResult(wins / max(len(seeds), 1), low, high, len(seeds), config.temperature,
-                      well_formed / max(len(turns), 1), successes, config.pool, batch.trees)
+        reporter.advance(len(seeds), {"success": result.success_rate})
+    return result
+
+
+def _result(successes: list[bool], trees: list[RolloutTree], temperature: float,
+            pool: str) -> EvalResult:
+    """An evaluation's figures from its per-task outcomes and episodes (one tree a task):
+    the success rate with its Wilson interval, and the share of well-formed turns."""
+    turns = [node for tree in trees for leaf in leaves(tree) for node in path_to(leaf)[1:]]
+    well_formed = sum(not node.info.get("format_error", False) for node in turns)
+    wins, tasks = sum(successes), len(successes)
+    low, high = wilson_interval(wins, tasks)
+    return EvalResult(wins / max(tasks, 1), low, high, tasks, temperature,
+                      well_formed / max(len(turns), 1), successes, pool, trees)

@@ -127,6 +127,14 @@ def _moving_average(values: Sequence[float]) -> tuple[int, list[float]]:
     return window, [(sums[i] - sums[i - window]) / window for i in range(window, len(sums))]
 
 
+def _with_intervals(points: list[_HeldOutPoint]
+                    ) -> tuple[list[float], list[float], list[list[float]]]:
+    """``x``, ``y`` and ``yerr`` (below, above) of evaluation points for ``errorbar``."""
+    return ([p.x for p in points], [p.success_rate for p in points],
+            [[max(0.0, p.success_rate - p.low) for p in points],
+             [max(0.0, p.high - p.success_rate) for p in points]])
+
+
 def _draw_success(ax: Any, series: list[tuple[float, float]],
                   held_out: list[_HeldOutPoint], same_tasks: list[_HeldOutPoint]) -> None:
     """Training success per step, its moving average, and the held-out evaluations with their
@@ -141,11 +149,7 @@ def _draw_success(ax: Any, series: list[tuple[float, float]],
             ax.plot(xs[window - 1:], averaged, linewidth=1.8, color="#0072b2",
                     label=f"training ({window}-step mean)")
     if held_out:
-        ex = [p.x for p in held_out]
-        ey = [p.success_rate for p in held_out]
-        below = [max(0.0, p.success_rate - p.low) for p in held_out]
-        above = [max(0.0, p.high - p.success_rate) for p in held_out]
-        ax.errorbar(ex, ey, yerr=[below, above], fmt="o", markersize=4, capsize=3,
+        ax.errorbar(*_with_intervals(held_out), fmt="o", markersize=4, capsize=3,
                     color="#d55e00", label="held-out (95% Wilson interval)")
         previous = None
         for index, point in enumerate(held_out):
@@ -156,10 +160,8 @@ def _draw_success(ax: Any, series: list[tuple[float, float]],
                             color="#d55e00")
             previous = point.tasks
     if same_tasks:
-        ax.errorbar([p.x for p in same_tasks], [p.success_rate for p in same_tasks],
-                    yerr=[[max(0.0, p.success_rate - p.low) for p in same_tasks],
-                          [max(0.0, p.high - p.success_rate) for p in same_tasks]],
-                    fmt="s--", markersize=3, capsize=2, linewidth=0.9, color="#009e73",
+        ax.errorbar(*_with_intervals(same_tasks), fmt="s--", markersize=3, capsize=2,
+                    linewidth=0.9, color="#009e73",
                     label=f"the same {same_tasks[0].tasks} tasks throughout")
     ax.set_ylim(-0.03, 1.08)
     ax.legend(fontsize=7, loc="best")
