@@ -23,6 +23,20 @@ bootstrap 95% interval and the ratio to chain's (``treeroll.stats``).
 
     python bench/compare_strategies.py --config configs/compare_hard.yaml \
         --copy-to docs/compare_hard
+
+Each strategy also carries, from its runs' step records (mean over seeds): ``final_wilson95``
+(the first seed's final held-out success with its 95% Wilson interval over the evaluation's
+tasks: the interval a single seed has), ``generated_per_leaf`` and ``computed_per_leaf``
+(tokens sampled, and tokens the backend computed -- prefill not served from its cache plus
+sampled -- per finished trajectory), ``wall_per_step_s``, ``rollout_per_step_s`` and
+``update_per_step_s``.
+
+A comparison that samples through the vLLM engine (``base.backend.name: vllm``, as
+``configs/smollm2_compare.yaml``) runs in the engine's environment (``bench/vllm_env.py``),
+and each strategy trains in a process of its own (the engine is made once per process):
+
+    python bench/compare_strategies.py --config configs/smollm2_compare.yaml \
+        --copy-to docs/smollm2_compare
 """
 
 from __future__ import annotations
@@ -31,6 +45,8 @@ import argparse
 import json
 import math
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +57,59 @@ from treeroll.stats import crossing
 from treeroll.training.runfolder import move_aside
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+def per_leaf(report: Path, arm: str, seeds: list[int]) -> dict:
+    """Per-leaf tokens and per-step seconds of ``arm`` from its runs' step records (mean over
+    ``seeds``), and the first seed's final held-out success with its 95% Wilson interval."""
+    rows = []
+    for seed in seeds:
+        run = report / "runs" / f"{arm}_seed{seed}"
+        steps = []
+        for line in (run / "metrics.jsonl").read_text().splitlines():
+            try:  # as treeroll compare: a line cut by a crash is not a step
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "rollout_seconds" in record:
+                steps.append(record)
+        leaves = sum(r["leaves"] for r in steps)
+        rows.append({"generated_per_leaf": sum(r["tokens"]["generated"] for r in steps) / leaves,
+                     "computed_per_leaf": sum(r["tokens"]["computed"] for r in steps) / leaves,
+                     "wall_per_step_s": float(np.mean([r["rollout_seconds"] + r["update_seconds"]
+                                                       for r in steps])),
+                     "rollout_per_step_s": float(np.mean([r["rollout_seconds"] for r in steps])),
+                     "update_per_step_s": float(np.mean([r["update_seconds"] for r in steps]))})
+    final = json.loads((report / "runs" / f"{arm}_seed{seeds[0]}" / "summary.json").read_text())
+    final = final["final_eval"]
+    out = {key: round(float(np.mean([row[key] for row in rows])), 2) for key in rows[0]}
+    out["final_wilson95"] = [round(final["success_rate"], 4), round(final["ci95_low"], 3),
+                             round(final["ci95_high"], 3)]
+    return out
+
+
+def engine_environment(config: CompareConfig) -> bool:
+    """Where the comparison samples through the vLLM engine, run this script again in the
+    engine's environment (built once) unless it runs there already, and say so (True)."""
+    if config.base.backend.name != "vllm":
+        return False
+    import vllm_env
+
+    vllm_env.reexec_in_venv()
+    return True
+
+
+def arms_apart(config: CompareConfig, config_path: str) -> None:
+    """Train each strategy in a process of its own (``treeroll compare --strategies ARM``:
+    vLLM's engine is made once per process); ``run_compare`` then finds every run finished
+    and writes the report."""
+    import vllm_env
+
+    for arm in config.strategies:
+        subprocess.run([sys.executable, "-m", "treeroll.cli", "compare", "--config",
+                        config_path, "--strategies", arm], check=True,
+                       env=vllm_env.environment())
 
 
 def tokens_to_reach(runs: list[dict], target: float) -> float | None:
@@ -102,8 +171,11 @@ def main() -> None:
     args = parser.parse_args()
     config = load_config(args.config, CompareConfig)
     report = Path(config.report_dir)
+    engine = engine_environment(config)
     if args.fresh:
         move_aside(report)
+    if engine:
+        arms_apart(config, args.config)
     run_compare(config)
     if args.copy_to:
         target = Path(args.copy_to)
@@ -128,6 +200,7 @@ def main() -> None:
             "tokens_to_target": row.get("tokens_to_target"),
             "tokens_to_chain_final": None if chain_final is None
             else tokens_to_reach(row["runs"], chain_final)}
+        out[strategy].update(per_leaf(report, strategy, list(config.seeds)))
         if chain_final is not None:
             out[strategy]["reach_chain_final"] = reach_of(row["runs"], results["chain"]["runs"])
     if "patr" in results and "chain" in results:

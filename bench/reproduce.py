@@ -120,6 +120,9 @@ FIGURES = (
     Figure("vllm_cpu", ("bench/vllm_cpu.py",), False, 25),
     Figure("real_model_update", ("bench/real_model.py", "--update-only"), False, 2),
     Figure("real_model_rl", ("bench/real_model.py", "--rl-only"), False, 120),
+    Figure("smollm2_compare", ("bench/compare_strategies.py", "--config",
+                               "configs/smollm2_compare.yaml", "--copy-to",
+                               "docs/smollm2_compare"), False, 100, ("docs/smollm2_compare",)),
     Figure("trl_adapter", ("bench/trl_adapter.py",), False, 3.5),
     Figure("trl_drift", ("bench/trl_drift.py",), False, 5),
 )

@@ -1,15 +1,16 @@
-"""``bench/compare_strategies.py``'s reach of chain's final success with a bootstrap ratio;
-``bench/ablations.py``'s variants."""
+"""``bench/compare_strategies.py``'s reach of chain's final success with a bootstrap ratio and
+its per-leaf figures; ``bench/ablations.py``'s variants."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 from ablations import VARIANTS, variant_config
-from compare_strategies import reach_of
+from compare_strategies import per_leaf, reach_of
 from treeroll.cli.compare import CompareConfig, arm_config
 from treeroll.config import config_to_dict, load_config
 from treeroll.training.runfolder import config_differences
@@ -60,3 +61,23 @@ def test_reach_of_has_no_ratio_when_chains_final_is_not_above_its_start() -> Non
     out = reach_of(tree, chain, resamples=200)
     assert out["ratio_to_chain"] is None
     assert out["ci95"] == [None, None]  # every resample: chain reaches its final at 0 tokens
+
+
+def test_per_leaf_divides_step_tokens_by_leaves_and_skips_eval_and_cut_lines(tmp_path):
+    run = tmp_path / "runs" / "tree_grpo_seed0"
+    run.mkdir(parents=True)
+    steps = [{"step": 1, "leaves": 10, "tokens": {"generated": 1000, "computed": 3000},
+              "rollout_seconds": 100.0, "update_seconds": 50.0},
+             {"step": 2, "leaves": 30, "tokens": {"generated": 1000, "computed": 5000},
+              "rollout_seconds": 60.0, "update_seconds": 30.0}]
+    lines = [json.dumps(steps[0]), json.dumps({"eval": {"success_rate": 0.5}}),
+             json.dumps(steps[1]), '{"step": 3, "lea']  # an evaluation line, a cut line
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    (run / "summary.json").write_text(json.dumps(
+        {"final_eval": {"success_rate": 0.25, "ci95_low": 0.1, "ci95_high": 0.45}}))
+    out = per_leaf(tmp_path, "tree_grpo", [0])
+    assert out["generated_per_leaf"] == 50.0          # 2000 tokens / 40 leaves
+    assert out["computed_per_leaf"] == 200.0          # 8000 / 40
+    assert out["wall_per_step_s"] == 120.0            # (150 + 90) / 2
+    assert out["rollout_per_step_s"] == 80.0 and out["update_per_step_s"] == 40.0
+    assert out["final_wilson95"] == [0.25, 0.1, 0.45]
