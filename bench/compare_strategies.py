@@ -94,8 +94,12 @@ def engine_environment(config: CompareConfig) -> bool:
     engine's environment (built once) unless it runs there already, and say so (True)."""
     if config.base.backend.name != "vllm":
         return False
+    import os
+
     import vllm_env
 
+    # the engine's KV cache is the config's (vllm_env's environment would give 1 GiB)
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(config.base.backend.vllm.cpu_kvcache_gib))
     vllm_env.reexec_in_venv()
     return True
 
@@ -106,6 +110,10 @@ def arms_apart(config: CompareConfig, config_path: str) -> None:
     and writes the report."""
     import vllm_env
 
+    if config.more_seeds or config.jobs > 1:
+        raise ValueError(f"{config_path}: a comparison through the vLLM engine trains one arm "
+                         "per process, one at a time, over `seeds`: drop more_seeds / "
+                         f"more_seeds_for and set jobs: 1 (it has jobs: {config.jobs})")
     for arm in config.strategies:
         subprocess.run([sys.executable, "-m", "treeroll.cli", "compare", "--config",
                         config_path, "--strategies", arm], check=True,

@@ -9,15 +9,19 @@ with the turn cap its policy folder brings (128 tokens). Everything runs on the 
 
 * ``params``; ``zero_shot_success`` / ``format_ok`` -- greedy, on ``--tasks`` held-out tasks
   (task seeds drawn from seed 42, as every held-out figure);
-* ``decode_tokens_per_s`` -- sampled tokens per second through the HF backend, 16 requests
-  of 64 tokens at once on held-out prompts (``decode_tokens_per_s_batch1``: one request);
+* ``decode_tokens_per_s`` -- sampled tokens per second of the rollouts the RL recipe runs:
+  its backend (the vLLM engine), its policy and view, one step's first turn (8 tasks x 4
+  roots, 64 tokens each), against treeroll's HF backend on the same requests
+  (``decode_hf_tokens_per_s``, ``decode_over_hf``; ``_batch1``: one request), measured by
+  ``bench/real_model_decode.py`` in a process of its own;
 * ``update_tokens_per_s`` -- tokens per second of the trainer's packed RL update (forward +
   backward; 4 expert episodes of up to 512 tokens as leaves of their own groups, their
-  sampling logprobs the model's), ``update_bf16_tokens_per_s`` the same with
-  ``optim.loss.compute_dtype: bfloat16``, against ``plain_fwd_bwd_tokens_per_s`` (transformers'
-  own ``labels=`` loss on the same tokens: logits at every position) and
-  ``sft_fwd_bwd_tokens_per_s`` (``sft_loss``); ``update_over_plain``; ``optimizer_step_s``
-  (AdamW, fused), ``peak_rss_gib``;
+  sampling logprobs the model's) at the recipe's ``optim.loss.compute_dtype``
+  (``update_dtype``: bfloat16 under autocast, float32 master weights), against
+  ``plain_fwd_bwd_tokens_per_s`` (transformers' own ``labels=`` loss on the same tokens,
+  logits at every position, at the same dtype): ``update_over_plain``; the same in float32
+  (``update_f32_*``, ``plain_f32_*``), ``sft_fwd_bwd_tokens_per_s`` (``sft_loss``);
+  ``optimizer_step_s`` (AdamW, fused), ``peak_rss_gib``;
 * ``tree_over_chain_wall_per_leaf`` / ``tree_over_chain_computed_per_leaf`` and the token
   figures -- Tree-GRPO (M = 2, N = 2, L = 1) against independent chains matched to its
   leaves, task by task, on one HF backend each (``bench/rollout_cost.py``'s comparison, on
@@ -28,9 +32,12 @@ with the turn cap its policy folder brings (128 tokens). Everything runs on the 
   same after the server is restarted on the float32 weights (what every weight update
   gives it).
 
-Without ``--quick`` it also runs SFT (``configs/smollm2_sft.yaml``) and RL from the SFT
-policy (``configs/smollm2_rl.yaml``) and adds ``sft_success``, ``rl_start_success``,
-``rl_final_success`` (with 95% Wilson intervals) and the minutes each took.
+Without ``--quick`` it also runs SFT (``configs/smollm2_sft.yaml``, the recipe that made the
+shipped start ``smollm2-frozenlake``: ``sft_success`` on its validation pool, ``sft_minutes``)
+and the RL recipe (``configs/smollm2_rl.yaml``) from the shipped start, as ``treeroll train
+--config configs/smollm2_rl.yaml`` runs it, through ``--rl-only`` in a process of its own:
+its ``rl_*`` keys, the same run as the figure ``real_model_rl`` (one run folder; a run that
+finished on the same commit is read back, ``rl_resumed``).
 
 ``--update-only`` measures the update speeds alone (the figure ``real_model_update``).
 ``--rl-only`` runs ``configs/smollm2_rl.yaml`` alone, from the shipped start
@@ -86,18 +93,6 @@ def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def decode_rate(policy: Policy, prompts: list[list[int]], batch: int, tokens: int) -> float:
-    """Sampled tokens per second: ``batch`` requests of exactly ``tokens`` new tokens."""
-    backend = HFBackend(policy.model, pad_token_id=policy.tokenizer.pad_token_id or 0)
-    requests = [GenerationRequest(tuple(prompts[i % len(prompts)]), seed=i)
-                for i in range(batch)]
-    params = SamplingParams(temperature=1.0, max_new_tokens=tokens)
-    start = time.perf_counter()
-    done = backend.generate(requests, params)
-    seconds = time.perf_counter() - start
-    return sum(len(c.token_ids) for c in done) / seconds
-
-
 def _episodes(policy: Policy, seeds: np.ndarray) -> list[Any]:
     """Four expert episodes (the same tokens for every speed figure), cut to 512 tokens."""
     turn_format = policy.turn_format()
@@ -144,10 +139,13 @@ def _timed(run: Any, model: Any) -> float:
     return timings[-1]
 
 
-def update_rate(policy: Policy, seeds: np.ndarray) -> dict[str, float]:
+def update_rate(policy: Policy, seeds: np.ndarray, dtype: str) -> dict[str, Any]:
     """Forward + backward tokens per second on the same expert episodes, in one run: the
-    trainer's packed RL update (float32 and bfloat16 compute), a plain transformers forward
-    + backward (``labels=`` loss, logits at every position), and SFT's loss; one AdamW step."""
+    trainer's packed RL update and a plain transformers forward + backward (``labels=`` loss,
+    logits at every position), each at ``dtype`` (the recipe's ``optim.loss.compute_dtype``:
+    bfloat16 under ``torch.autocast``, float32 master weights) and in float32; SFT's loss;
+    one AdamW step. ``update_tokens_per_s`` and ``update_over_plain`` are the ``dtype`` ones
+    (the update the recipe runs, against the plain pass at the same precision)."""
     examples = _episodes(policy, seeds)
     model = policy.model
     items = _items(model.eval(), examples)
@@ -161,19 +159,23 @@ def update_rate(policy: Policy, seeds: np.ndarray) -> dict[str, float]:
         ids[row, :len(example.ids)] = torch.tensor(example.ids)
         labels[row, :len(example.ids)] = torch.tensor(example.ids)
 
-    def packed(dtype: str) -> Any:
-        config = LossConfig(micro_batch_tokens=4096, compute_dtype=dtype)
+    def packed(at: str) -> Any:
+        config = LossConfig(micro_batch_tokens=4096, compute_dtype=at)
         return lambda: packed_backward(model, items, config)
 
-    def plain() -> None:
-        model(input_ids=ids, labels=labels).loss.backward()
+    def plain(at: str) -> Any:
+        def run() -> None:
+            with torch.autocast("cpu", dtype=getattr(torch, at), enabled=at != "float32"):
+                loss = model(input_ids=ids, labels=labels).loss
+            loss.backward()
+        return run
 
     def sft() -> None:
         sft_loss(model, examples, pad_token_id=pad)[0].backward()
 
-    seconds = {"update": _timed(packed("float32"), model),
-               "update_bf16": _timed(packed("bfloat16"), model),
-               "plain": _timed(plain, model), "sft": _timed(sft, model)}
+    seconds = {"update": _timed(packed(dtype), model), "plain": _timed(plain(dtype), model),
+               "update_f32": _timed(packed("float32"), model),
+               "plain_f32": _timed(plain("float32"), model), "sft": _timed(sft, model)}
     optimizer = adamw(model, lr=1e-6, weight_decay=0.0)
     start = time.perf_counter()
     optimizer.step()
@@ -181,12 +183,13 @@ def update_rate(policy: Policy, seeds: np.ndarray) -> dict[str, float]:
     model.eval()
     optimizer.zero_grad(set_to_none=True)
     rates = {k: round(tokens / v, 1) for k, v in seconds.items()}
-    return {"update_tokens_per_s": rates["update"],
-            "update_bf16_tokens_per_s": rates["update_bf16"],
+    return {"update_tokens_per_s": rates["update"], "update_dtype": dtype,
             "plain_fwd_bwd_tokens_per_s": rates["plain"],
-            "sft_fwd_bwd_tokens_per_s": rates["sft"],
             "update_over_plain": round(rates["update"] / rates["plain"], 4),
-            "update_bf16_over_plain": round(rates["update_bf16"] / rates["plain"], 4),
+            "update_f32_tokens_per_s": rates["update_f32"],
+            "plain_f32_fwd_bwd_tokens_per_s": rates["plain_f32"],
+            "update_f32_over_plain": round(rates["update_f32"] / rates["plain_f32"], 4),
+            "sft_fwd_bwd_tokens_per_s": rates["sft"],
             "update_tokens": tokens,
             "update_model_tokens": sum(sum(e.loss_mask) for e in examples),
             "optimizer_step_s": round(step, 2),
@@ -291,21 +294,46 @@ def resumed(config: Any, run: Any) -> tuple[dict[str, Any], bool]:
 
 
 def trained(args: argparse.Namespace) -> dict[str, Any]:
-    """SFT then RL from the SFT policy (:func:`rl_run`), with their figures and minutes."""
+    """SFT (``configs/smollm2_sft.yaml``, the recipe that made the shipped start: its
+    validation success and minutes), then the RL recipe from the shipped start in a process
+    of its own (``--rl-only``, in the engine's environment where the recipe samples through
+    vLLM; the same run folder as the figure ``real_model_rl``, read back when that ran on
+    the same commit)."""
     from treeroll.cli.commands import parse_settings
     from treeroll.training.sft import SFTConfig
     from treeroll.training.sft_run import run_sft
 
-    runs = str(Path(args.runs_dir))
-    sft_config = parse_settings(SFTConfig, ["--config", "configs/smollm2_sft.yaml",
+    runs = str(Path(args.runs_dir).resolve())  # the --rl-only child runs from ROOT
+    sft_config = parse_settings(SFTConfig, ["--config", str(ROOT / "configs/smollm2_sft.yaml"),
                                             "--runs-dir", runs], "", command="sft")
     start = time.perf_counter()
     sft, earlier = resumed(sft_config, run_sft)
     sft_minutes = (time.perf_counter() - start) / 60
+    rl = _child(["--rl-only", "--runs-dir", runs, "--threads", str(args.threads)])
     return {"sft_success": _figure(sft["final_eval"]),
             "sft_minutes": None if earlier else round(sft_minutes, 1),
             "sft_steps": sft["steps"], "sft_pool": sft_config.eval.pool,
-            **rl_run(args, init=str(Path(runs) / sft_config.name))}
+            **{k: v for k, v in rl.items() if k.startswith("rl_")}}
+
+
+def _child(arguments: list[str], script: Path = Path(__file__)) -> dict[str, Any]:
+    """The JSON object of ``script`` run with ``arguments`` in a process of its own (which
+    runs itself again in the engine's environment where it needs one): its last stdout line
+    that is one; its other stdout lines and its progress go to this process's stderr."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, str(script), *arguments], cwd=ROOT,
+                          stdout=subprocess.PIPE, text=True)
+    lines = done.stdout.strip().splitlines()
+    found = [i for i, line in enumerate(lines) if line.startswith("{")]
+    for i, line in enumerate(lines):
+        if not found or i != found[-1]:
+            _say(line)
+    if done.returncode != 0 or not found:
+        raise RuntimeError(f"`{script.name} {' '.join(arguments)}` ended with exit code "
+                           f"{done.returncode}{'' if found else ' and no JSON line'} (its "
+                           "output is above)")
+    return json.loads(lines[found[-1]])
 
 
 def _figure(result: dict[str, Any]) -> dict[str, Any]:
@@ -315,15 +343,14 @@ def _figure(result: dict[str, Any]) -> dict[str, Any]:
             "format_ok": result.get("format_ok"), "tasks": result["tasks"]}
 
 
-def rl_run(args: argparse.Namespace, init: str | None = None) -> dict[str, Any]:
-    """``configs/smollm2_rl.yaml`` (from its own start, the shipped ``smollm2-frozenlake``,
-    unless ``init`` names another): held-out success before and after, the minutes (in all,
-    and of the steps alone), and per
+def rl_run(args: argparse.Namespace) -> dict[str, Any]:
+    """``configs/smollm2_rl.yaml`` from its own start (the shipped ``smollm2-frozenlake``):
+    held-out success before and after, the minutes (in all, and of the steps alone), and per
     step the rollout and update seconds, the tokens and the groups with a signal."""
     from treeroll.training.trainer import train
 
     runs = str(Path(args.runs_dir))
-    rl_config = _rl_config(runs, init)
+    rl_config = _rl_config(runs)
     start = time.perf_counter()
     rl, earlier = resumed(rl_config, train)
     rl_minutes = (time.perf_counter() - start) / 60
@@ -350,20 +377,24 @@ def rl_run(args: argparse.Namespace, init: str | None = None) -> dict[str, Any]:
             "rl_train_success_first_last": [round(steps[0]["success_rate"], 3),
                                             round(steps[-1]["success_rate"], 3)],
             "rl_generated_tokens": rl["generated_tokens"],
-            "rl_start": init or rl_config.policy.init, "rl_lr": rl_config.optim.lr,
+            "rl_start": rl_config.policy.init, "rl_lr": rl_config.optim.lr,
             "rl_tasks_per_step": rl_config.optim.tasks_per_step,
             "rl_minibatches": rl_config.optim.minibatches,
             "rl_advantage": rl_config.advantage.name,
             "rl_strategy": rl_config.strategy.name, "rl_backend": rl_config.backend.name}
 
 
-def _rl_config(runs: str, init: str | None = None) -> Any:
-    """``configs/smollm2_rl.yaml`` with its runs under ``runs`` (and ``init`` its start)."""
+def _rl_config(runs: str) -> Any:
+    """``configs/smollm2_rl.yaml`` with its runs under ``runs``."""
     from treeroll.cli.commands import parse_settings
 
-    return parse_settings(TrainConfig, ["--config", "configs/smollm2_rl.yaml", "--runs-dir", runs,
-                                        *(["--policy.init", init] if init else [])],
-                          "", command="train")
+    return parse_settings(TrainConfig, ["--config", str(ROOT / "configs/smollm2_rl.yaml"),
+                                        "--runs-dir", runs], "", command="train")
+
+
+def _recipe_dtype() -> str:
+    """The compute dtype of the recipe's update (``optim.loss.compute_dtype``)."""
+    return str(_rl_config("reports").optim.loss.compute_dtype)
 
 
 def _engine_environment(runs: str) -> None:
@@ -412,12 +443,18 @@ def main() -> None:
     if args.update_only:
         config = with_policy_defaults(TrainConfig(), NAME)
         train_seeds, _ = task_pools(config.env, config.eval)
-        result = update_rate(load_policy(NAME), train_seeds)
+        result = update_rate(load_policy(NAME), train_seeds, _recipe_dtype())
         result.update(policy=NAME, threads=args.threads)
         print(json.dumps(result))
         return
     tasks = args.tasks
     begin = time.perf_counter()
+    if _rl_config("reports").backend.name == "vllm":
+        # the decode child and the RL run in the engine's environment: built (or refused,
+        # vllm_env.Unavailable) before any work
+        import vllm_env
+
+        vllm_env.ensure()
 
     config = with_policy_defaults(TrainConfig(), NAME)
     config.policy = replace(config.policy, init=NAME)
@@ -441,20 +478,19 @@ def main() -> None:
     first_turn = path_to(leaves(zero.trees[0])[0])[1]
     _say(f"zero-shot: {result}\nfirst reply: {first_turn.action_text!r}")
 
-    prompts = []
-    for seed in held_out[:16]:
-        env = make_env()
-        prompts.append(turn_format.prompt(env.system_prompt, env.reset(int(seed)))[0])
-    result["decode_tokens_per_s"] = round(decode_rate(policy, prompts, 16, 64), 1)
-    result["decode_tokens_per_s_batch1"] = round(decode_rate(policy, prompts, 1, 64), 1)
-    _say(f"decode: {result['decode_tokens_per_s']} tokens/s")
-    result.update(update_rate(policy, train_seeds))
+    result.update(_child(["--threads", str(args.threads)], ROOT / "bench" / "real_model_decode.py"))
+    _say(f"decode: {result['decode_tokens_per_s']} tokens/s ({result['decode_backend']})")
+    result.update(update_rate(policy, train_seeds, _recipe_dtype()))
     _say(f"update: {result['update_tokens_per_s']} tokens/s")
     result.update(cost(policy, held_out, args.cost_turns,
                        args.cost_tasks))
     _say(f"cost: {result['tree_over_chain_wall_per_leaf']}")
     if not args.skip_llamacpp:
-        result.update(logprob_gap(policy, prompts[:4]))
+        prompts = []
+        for seed in held_out[:4]:
+            env = make_env()
+            prompts.append(turn_format.prompt(env.system_prompt, env.reset(int(seed)))[0])
+        result.update(logprob_gap(policy, prompts))
         _say(f"llama.cpp gap: {result['llamacpp_logprob_gap']}")
     result["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
     if not args.quick:

@@ -116,7 +116,7 @@ FIGURES = (
     Figure("advantage_variance", ("bench/advantage_variance.py", "--threads", "1"), False, 20),
     Figure("allocation_quick", ("bench/allocation.py", "--quick", "--fresh"), False, 15),
     Figure("allocation", ("bench/allocation.py", "--fresh"), False, 30),
-    Figure("real_model", ("bench/real_model.py",), False, 75),
+    Figure("real_model", ("bench/real_model.py",), False, 180),
     Figure("vllm_cpu", ("bench/vllm_cpu.py",), False, 25),
     Figure("real_model_update", ("bench/real_model.py", "--update-only"), False, 2),
     Figure("real_model_rl", ("bench/real_model.py", "--rl-only"), False, 120),

@@ -101,14 +101,22 @@ def ensure() -> Path:
     return python
 
 
+INSIDE = "TREEROLL_IN_VLLM_ENV"
+"""Set in the environment's processes: a script that cannot import vLLM there fails instead
+of running itself again."""
+
+
 def environment() -> dict[str, str]:
     """The variables a process in the environment runs with: this checkout's ``src`` first,
-    the engine in process, a 1 GiB KV cache."""
+    the engine in process, a 1 GiB KV cache unless one is set (a caller with a config sets
+    its own first), vLLM's log on stderr (stdout stays a benchmark's: its JSON line last)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)]
                                         + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    env.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    env[INSIDE] = "1"
     return env
 
 
@@ -117,7 +125,10 @@ def reexec_in_venv() -> None:
     (``python bench/vllm_cpu.py`` from the main environment)."""
     try:
         import vllm  # noqa: F401
-    except ImportError:
+    except ImportError as error:
+        if os.environ.get(INSIDE):
+            raise RuntimeError(f"vLLM does not import in its environment ({sys.executable}): "
+                               f"{error}; remove {venv_dir()} to rebuild it") from error
         python = ensure()
         os.execve(str(python), [str(python), *sys.argv], environment())
 

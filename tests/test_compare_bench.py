@@ -4,8 +4,12 @@ its per-leaf figures; ``bench/ablations.py``'s variants."""
 from __future__ import annotations
 
 import json
+import os
 import sys
+from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
@@ -81,3 +85,23 @@ def test_per_leaf_divides_step_tokens_by_leaves_and_skips_eval_and_cut_lines(tmp
     assert out["wall_per_step_s"] == 120.0            # (150 + 90) / 2
     assert out["rollout_per_step_s"] == 80.0 and out["update_per_step_s"] == 40.0
     assert out["final_wilson95"] == [0.25, 0.1, 0.45]
+
+
+def test_a_vllm_comparison_reexecutes_with_its_configs_kv_cache_and_refuses_more_seeds(
+        monkeypatch, tmp_path):
+    import compare_strategies
+    import vllm_env
+
+    reexecs: list[str | None] = []
+    monkeypatch.setattr(vllm_env, "reexec_in_venv",
+                        lambda: reexecs.append(os.environ.get("VLLM_CPU_KVCACHE_SPACE")))
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    config = load_config(str(ROOT / "configs" / "smollm2_compare.yaml"), CompareConfig)
+    assert compare_strategies.engine_environment(config) is True
+    assert reexecs == [str(config.base.backend.vllm.cpu_kvcache_gib)] == ["4"]
+    hf = load_config(str(ROOT / "configs" / "compare_hard.yaml"), CompareConfig)
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    assert compare_strategies.engine_environment(hf) is False and len(reexecs) == 1
+    more = replace(config, more_seeds=(1,), more_seeds_for=("chain",))
+    with pytest.raises(ValueError, match="more_seeds"):
+        compare_strategies.arms_apart(more, "configs/smollm2_compare.yaml")

@@ -1,5 +1,6 @@
 """``bench/real_model.py``'s long runs continue across invocations on one commit (a figure
-longer than a session finishes when it is run again) and start over on another."""
+longer than a session finishes when it is run again) and start over on another;
+``bench/real_model_decode.py`` times the recipe's first turn."""
 
 from __future__ import annotations
 
@@ -70,11 +71,47 @@ def test_rl_only_runs_in_the_engines_environment_only_when_the_recipe_samples_wi
                         lambda: reexecs.append(os.environ.get("VLLM_CPU_KVCACHE_SPACE")))
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
     hf = merged_config(TrainConfig(), {"backend": {"name": "hf"}})
-    monkeypatch.setattr(real_model, "_rl_config", lambda runs, init=None: hf)
+    monkeypatch.setattr(real_model, "_rl_config", lambda runs: hf)
     real_model._engine_environment("runs")
     assert reexecs == []
     engine = merged_config(TrainConfig(), {"backend": {"name": "vllm",
                                                        "vllm": {"cpu_kvcache_gib": 3}}})
-    monkeypatch.setattr(real_model, "_rl_config", lambda runs, init=None: engine)
+    monkeypatch.setattr(real_model, "_rl_config", lambda runs: engine)
     real_model._engine_environment("runs")
     assert reexecs == ["3"]
+
+
+class _Format:
+    """A turn format whose prompt ids spell the observation (no tokenizer needed)."""
+
+    def prompt(self, system: str, observation: str) -> tuple[list[int], None]:
+        return [len(system), *map(ord, observation)], None
+
+
+class _Policy:
+    def turn_format(self) -> _Format:
+        return _Format()
+
+
+def test_decode_bench_builds_the_recipes_first_turn_its_tasks_times_tree_grpos_roots() -> None:
+    from real_model_decode import first_turn, recipe_config
+
+    config = recipe_config()
+    roots, tasks = config.strategy.tree_grpo.m, config.optim.tasks_per_step
+    requests = first_turn(config, _Policy())
+    assert len(requests) == tasks * roots == 32
+    prompts = [r.prompt_ids for r in requests]
+    assert all(len(set(prompts[t * roots:(t + 1) * roots])) == 1 for t in range(tasks))
+    assert len(set(prompts[::roots])) == tasks  # each task its own map
+    assert len({r.seed for r in requests}) == len(requests)
+
+
+def test_decode_bench_refuses_a_recipe_whose_strategy_is_not_tree_grpo() -> None:
+    from dataclasses import replace
+
+    from real_model_decode import first_turn, recipe_config
+
+    config = recipe_config()
+    config = replace(config, strategy=replace(config.strategy, name="chain"))
+    with pytest.raises(ValueError, match=r"strategy\.name is 'chain'"):
+        first_turn(config, _Policy())

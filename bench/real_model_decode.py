@@ -1,0 +1,149 @@
+"""Rollout decode speed of the SmolLM2 recipe: its backend against treeroll's HF backend.
+
+``configs/smollm2_rl.yaml`` samples through the backend it names (the vLLM CPU engine, float32,
+eager) from the shipped start ``smollm2-frozenlake`` read through its view
+(``cell_coordinates_safe``). This builds that policy and backend as ``treeroll train`` does
+and times, on the same seeded requests, one step's first turn of the recipe: its
+``optim.tasks_per_step`` tasks (the first of its training pool) with Tree-GRPO's ``m``
+roots each (8 x 4 = 32 requests), sampled as the rollout engine samples a turn (the
+recipe's temperature, ``top_p`` and ``max_turn_tokens``, stopping where the turn format ends
+a turn); then one request alone. The earlier HF figure (65.5 tokens/s) sampled 64 tokens
+without stopping, 16 requests at once, on another host: ``decode_over_hf`` is the
+comparison on equal terms.
+
+Printed, the JSON object last:
+
+* ``decode_tokens_per_s`` / ``decode_tokens_per_s_batch1``: the recipe's backend, sampled
+  tokens per second, prompt processing included (median of ``--repeats``, its prefix cache
+  emptied before each);
+* ``decode_hf_tokens_per_s`` / ``decode_hf_tokens_per_s_batch1``: treeroll's HF backend on
+  the same requests (timed first, so that the engine's start cannot change its threads;
+  median of 2 after a warm-up request); ``decode_over_hf`` the ratio at the recipe's batch;
+  ``decode_backend``, ``decode_batch``, ``decode_prompt_tokens`` and
+  ``decode_reply_tokens`` / ``decode_hf_reply_tokens`` (means per request).
+
+Where the recipe samples through vLLM it runs in the engine's environment
+(``bench/vllm_env.py``, built once). Usage: ``python bench/real_model_decode.py`` (a few
+minutes); ``bench/real_model.py`` runs it for its decode figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+RECIPE = "configs/smollm2_rl.yaml"
+TOKENS = 64
+
+
+def recipe_config() -> Any:
+    """The recipe's training config, as ``treeroll train --config`` reads it."""
+    from treeroll.cli.commands import parse_settings
+    from treeroll.config import TrainConfig
+
+    return parse_settings(TrainConfig, ["--config", str(ROOT / RECIPE)], "", command="train")
+
+
+def engine_environment(config: Any) -> None:
+    """Where the recipe samples through vLLM, run this script again inside the engine's
+    environment with the KV cache the recipe names (unless vLLM imports here already)."""
+    if config.backend.name != "vllm":
+        return
+    import vllm_env
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(config.backend.vllm.cpu_kvcache_gib))
+    vllm_env.reexec_in_venv()
+
+
+def first_turn(config: Any, policy: Any) -> list[Any]:
+    """One recipe step's first turn: ``tasks_per_step`` held-out tasks, Tree-GRPO's ``m``
+    seeded requests on each task's first prompt."""
+    from treeroll.base import GenerationRequest
+    from treeroll.envs import make_env_factory
+    from treeroll.training.evaluation import task_pools
+
+    if config.strategy.name != "tree_grpo":
+        raise ValueError(f"{RECIPE}: strategy.name is {config.strategy.name!r}; this benchmark "
+                         "times Tree-GRPO's first turn (its m roots a task): update it first")
+    roots = config.strategy.tree_grpo.m
+    make_env = make_env_factory(config.env)
+    train_seeds, _ = task_pools(config.env, config.eval)
+    turn_format = policy.turn_format()
+    requests = []
+    for task, seed in enumerate(train_seeds[:config.optim.tasks_per_step]):
+        env = make_env()
+        prompt = tuple(turn_format.prompt(env.system_prompt, env.reset(int(seed)))[0])
+        requests += [GenerationRequest(prompt, seed=task * roots + root) for root in range(roots)]
+    return requests
+
+
+def rate(backend: Any, requests: list[Any], params: Any, repeats: int) -> tuple[float, float]:
+    """Median sampled tokens per second of ``backend`` on ``requests`` (cache emptied before
+    each repeat), and the mean tokens a request sampled."""
+    rates, replies = [], []
+    for _ in range(repeats):
+        backend.reset_cache()
+        start = time.perf_counter()
+        done = backend.generate(requests, params)
+        sampled = sum(len(c.token_ids) for c in done)
+        rates.append(sampled / (time.perf_counter() - start))
+        replies.append(sampled / len(requests))
+    return statistics.median(rates), statistics.fmean(replies)
+
+
+def main() -> None:
+    """Measure; the JSON object is the last line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    config = recipe_config()
+    engine_environment(config)
+    import torch
+
+    from treeroll.backends import make_backend
+    from treeroll.backends.hf import HFBackend
+    from treeroll.base import SamplingParams
+    from treeroll.envs import make_env_factory
+    from treeroll.policies import build_policy
+
+    torch.set_num_threads(args.threads)
+    policy = build_policy(config.policy.init, config.policy.model, config.policy.view,
+                          make_env_factory(config.env), None,
+                          system_in_user=config.policy.system_in_user)
+    requests = first_turn(config, policy)
+    rollout = config.rollout
+    params = SamplingParams(temperature=rollout.temperature, top_p=rollout.top_p,
+                            max_new_tokens=rollout.max_turn_tokens,
+                            stop_token_ids=policy.turn_format().stop_token_ids)
+    hf = HFBackend(policy.model, pad_token_id=policy.tokenizer.pad_token_id or 0)
+    hf.generate(requests[:1], params)  # warm-up
+    hf_rate, hf_reply = rate(hf, requests, params, 2)
+    hf_rate1, _ = rate(hf, requests[:1], params, 2)
+    backend = make_backend(config.backend, policy)
+    engine_rate, engine_reply = rate(backend, requests, params, args.repeats)
+    engine_rate1, _ = rate(backend, requests[:1], params, args.repeats)
+    result: dict[str, Any] = {
+        "decode_tokens_per_s": round(engine_rate, 1),
+        "decode_tokens_per_s_batch1": round(engine_rate1, 1),
+        "decode_hf_tokens_per_s": round(hf_rate, 1),
+        "decode_hf_tokens_per_s_batch1": round(hf_rate1, 1),
+        "decode_over_hf": round(engine_rate / hf_rate, 3),
+        "decode_backend": config.backend.name, "decode_batch": len(requests),
+        "decode_policy": config.policy.init, "decode_view": policy.view,
+        "decode_prompt_tokens": round(statistics.fmean(len(r.prompt_ids) for r in requests), 1),
+        "decode_reply_tokens": round(engine_reply, 1), "decode_hf_reply_tokens": round(hf_reply, 1),
+        "threads": args.threads}
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
