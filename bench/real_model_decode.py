@@ -19,12 +19,16 @@ Printed, the JSON object last:
 * ``decode_hf_tokens_per_s`` / ``decode_hf_tokens_per_s_batch1``: treeroll's HF backend on
   the same requests (timed first, so that the engine's start cannot change its threads;
   median of 2 after a warm-up request); ``decode_over_hf`` the ratio at the recipe's batch;
-  ``decode_backend``, ``decode_batch``, ``decode_prompt_tokens`` and
-  ``decode_reply_tokens`` / ``decode_hf_reply_tokens`` (means per request).
+  ``decode_backend`` and its settings, ``decode_batch``, ``decode_prompt_tokens`` and
+  ``decode_reply_tokens`` / ``decode_hf_reply_tokens`` (means per request);
+  ``decode_prefill_over_distinct`` / ``decode_hf_prefill_over_distinct``: prompt tokens each
+  backend computed over the distinct prompts' tokens (1: each task's prompt once, its 4
+  roots served from the cache; 4: every root computed its prompt again).
 
 Where the recipe samples through vLLM it runs in the engine's environment
 (``bench/vllm_env.py``, built once). Usage: ``python bench/real_model_decode.py`` (a few
-minutes); ``bench/real_model.py`` runs it for its decode figures.
+minutes); ``bench/real_model.py`` runs it for its decode figures. Further options are the
+recipe's own, for trying a setting (``--backend.vllm.no-enforce-eager``, say).
 """
 
 from __future__ import annotations
@@ -44,12 +48,14 @@ RECIPE = "configs/smollm2_rl.yaml"
 TOKENS = 64
 
 
-def recipe_config() -> Any:
-    """The recipe's training config, as ``treeroll train --config`` reads it."""
+def recipe_config(overrides: list[str] | None = None) -> Any:
+    """The recipe's training config, as ``treeroll train --config`` reads it (with
+    ``overrides``: further ``treeroll train`` options)."""
     from treeroll.cli.commands import parse_settings
     from treeroll.config import TrainConfig
 
-    return parse_settings(TrainConfig, ["--config", str(ROOT / RECIPE)], "", command="train")
+    return parse_settings(TrainConfig, ["--config", str(ROOT / RECIPE), *(overrides or [])],
+                          "", command="train")
 
 
 def engine_environment(config: Any) -> None:
@@ -85,10 +91,13 @@ def first_turn(config: Any, policy: Any) -> list[Any]:
     return requests
 
 
-def rate(backend: Any, requests: list[Any], params: Any, repeats: int) -> tuple[float, float]:
+def rate(backend: Any, requests: list[Any], params: Any, repeats: int
+         ) -> tuple[float, float, float]:
     """Median sampled tokens per second of ``backend`` on ``requests`` (cache emptied before
-    each repeat), and the mean tokens a request sampled."""
-    rates, replies = [], []
+    each repeat), the mean tokens a request sampled, and the prompt tokens the backend
+    computed (not served from its cache) over the requests' distinct prompt tokens."""
+    rates, replies, computed = [], [], []
+    distinct = sum(len(p) for p in {r.prompt_ids for r in requests})
     for _ in range(repeats):
         backend.reset_cache()
         start = time.perf_counter()
@@ -96,7 +105,16 @@ def rate(backend: Any, requests: list[Any], params: Any, repeats: int) -> tuple[
         sampled = sum(len(c.token_ids) for c in done)
         rates.append(sampled / (time.perf_counter() - start))
         replies.append(sampled / len(requests))
-    return statistics.median(rates), statistics.fmean(replies)
+        computed.append(sum(c.prefill_tokens for c in done) / distinct)
+    return statistics.median(rates), statistics.fmean(replies), statistics.fmean(computed)
+
+
+def _settings(backend: Any) -> dict[str, Any]:
+    """The named backend's own block of the recipe (``backend.vllm``, say), as set."""
+    from dataclasses import asdict, is_dataclass
+
+    block = getattr(backend, backend.name, None)
+    return asdict(block) if is_dataclass(block) and not isinstance(block, type) else {}
 
 
 def main() -> None:
@@ -104,8 +122,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
-    config = recipe_config()
+    args, overrides = parser.parse_known_args()
+    config = recipe_config(overrides)
     engine_environment(config)
     import torch
 
@@ -126,21 +144,24 @@ def main() -> None:
                             stop_token_ids=policy.turn_format().stop_token_ids)
     hf = HFBackend(policy.model, pad_token_id=policy.tokenizer.pad_token_id or 0)
     hf.generate(requests[:1], params)  # warm-up
-    hf_rate, hf_reply = rate(hf, requests, params, 2)
-    hf_rate1, _ = rate(hf, requests[:1], params, 2)
+    hf_rate, hf_reply, hf_prefill = rate(hf, requests, params, 2)
+    hf_rate1, _, _ = rate(hf, requests[:1], params, 2)
     backend = make_backend(config.backend, policy)
-    engine_rate, engine_reply = rate(backend, requests, params, args.repeats)
-    engine_rate1, _ = rate(backend, requests[:1], params, args.repeats)
+    engine_rate, engine_reply, engine_prefill = rate(backend, requests, params, args.repeats)
+    engine_rate1, _, _ = rate(backend, requests[:1], params, args.repeats)
     result: dict[str, Any] = {
         "decode_tokens_per_s": round(engine_rate, 1),
         "decode_tokens_per_s_batch1": round(engine_rate1, 1),
         "decode_hf_tokens_per_s": round(hf_rate, 1),
         "decode_hf_tokens_per_s_batch1": round(hf_rate1, 1),
         "decode_over_hf": round(engine_rate / hf_rate, 3),
-        "decode_backend": config.backend.name, "decode_batch": len(requests),
+        "decode_backend": config.backend.name,
+        "decode_backend_settings": _settings(config.backend), "decode_batch": len(requests),
         "decode_policy": config.policy.init, "decode_view": policy.view,
         "decode_prompt_tokens": round(statistics.fmean(len(r.prompt_ids) for r in requests), 1),
         "decode_reply_tokens": round(engine_reply, 1), "decode_hf_reply_tokens": round(hf_reply, 1),
+        "decode_prefill_over_distinct": round(engine_prefill, 3),
+        "decode_hf_prefill_over_distinct": round(hf_prefill, 3),
         "threads": args.threads}
     print(json.dumps(result))
 

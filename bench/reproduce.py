@@ -119,6 +119,7 @@ FIGURES = (
     Figure("real_model", ("bench/real_model.py",), False, 180),
     Figure("vllm_cpu", ("bench/vllm_cpu.py",), False, 25),
     Figure("real_model_update", ("bench/real_model.py", "--update-only"), False, 2),
+    Figure("real_model_decode", ("bench/real_model_decode.py",), False, 2),
     Figure("real_model_rl", ("bench/real_model.py", "--rl-only"), False, 120),
     Figure("smollm2_compare", ("bench/compare_strategies.py", "--config",
                                "configs/smollm2_compare.yaml", "--copy-to",

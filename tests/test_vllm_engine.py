@@ -46,6 +46,28 @@ def test_dtype_auto_is_the_trainers_float32_and_blocks_are_treerolls_cpu_default
     assert backend.block_size == CPU_BLOCK_SIZE  # treeroll's CPU default, not vLLM's 128
 
 
+def test_seeded_requests_whose_prompts_overflow_a_steps_token_budget_sample_and_repeat(
+        built) -> None:
+    """More distinct prompt tokens than one engine step takes (vLLM's chunked-prefill budget
+    on the CPU was 4,096): with chunked prefill vLLM sampled a partial prefill and rewound its
+    seeded generator, which a CPU generator cannot do (RuntimeError); whole prefills on the
+    CPU sample, and the same seeds give the same tokens."""
+    from treeroll.base import GenerationRequest, SamplingParams
+
+    _, policy, backend = built
+    rng = np.random.default_rng(0)
+    vocab = len(policy.tokenizer)
+    requests = [GenerationRequest(tuple(int(t) for t in rng.integers(8, vocab, 1000)), seed=i)
+                for i in range(12)]  # 12,000 distinct prompt tokens
+    params = SamplingParams(temperature=1.0, max_new_tokens=8)
+    runs = []
+    for _ in range(2):
+        backend.reset_cache()
+        runs.append([c.token_ids for c in backend.generate(requests, params)])
+    assert runs[0] == runs[1]
+    assert all(len(tokens) >= 1 for tokens in runs[0])
+
+
 def test_a_tree_rollout_through_the_engine_repeats_and_counts_whole_blocks(built) -> None:
     config, policy, backend = built
     make_env = make_env_factory(config.env)

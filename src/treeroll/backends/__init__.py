@@ -124,9 +124,17 @@ def _vllm_backend(config: BackendConfig, policy: PolicyParts | None) -> Generati
     dtype = str(policy.model.dtype).removeprefix("torch.") if c.dtype == "auto" else c.dtype
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(c.cpu_kvcache_gib))
     block = c.block_size
-    if block is None and not torch_cuda_available():
+    cpu = not torch_cuda_available()
+    if block is None and cpu:
         block = CPU_BLOCK_SIZE
-    extra = {} if block is None else {"block_size": block}
+    extra: dict[str, object] = {} if block is None else {"block_size": block}
+    if cpu:
+        # vLLM's model runner rewinds a seeded request's generator after sampling a partial
+        # (chunked) prefill, relying on CUDA generators' offsets (vllm-project/vllm#10097):
+        # on the CPU that raises "CPU Generator does not use offset" once a batch's prompts
+        # overflow one step's token budget. treeroll seeds every request, so on the CPU a
+        # prompt is prefilled whole (one step then takes up to max_model_len tokens)
+        extra["enable_chunked_prefill"] = False
     return VLLMBackend(make_llm(folder, gpu_memory_utilization=c.gpu_memory_utilization,
                                 dtype=dtype, max_model_len=c.max_model_len,
                                 enforce_eager=c.enforce_eager, **extra))
