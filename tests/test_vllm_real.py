@@ -27,7 +27,7 @@ import vllm_env  # noqa: E402
 
 CONFORMANCE = 7
 """Checks in tests/test_backend_conformance.py for one backend (a test would catch a drop)."""
-ENGINE = 3
+ENGINE = 4
 """Checks in tests/test_vllm_engine.py."""
 PACKED_AND_HF = 77
 """Checks in tests/test_packed.py and tests/test_backend.py (run again on the engine's
