@@ -218,7 +218,7 @@ def _damage(config: CompareConfig, arm: str, seed: int) -> None:
     (run / "checkpoints" / "last.pt").write_bytes(b"not a checkpoint")
 
 
-def test_a_run_failing_beside_others_is_named_stops_new_starts_and_keeps_finished_runs(
+def test_a_run_failing_beside_another_is_named_and_the_run_beside_it_finishes(
         tmp_path) -> None:
     config = _tiny_compare(tmp_path / "r", jobs=2)
     _damage(config, "chain", 0)  # the first run to start fails at once
@@ -227,6 +227,19 @@ def test_a_run_failing_beside_others_is_named_stops_new_starts_and_keeps_finishe
     runs = tmp_path / "r" / "runs"
     # seed-major order: the run beside chain's first seed is patr's first seed
     assert json.loads((runs / "patr_seed0" / "summary.json").read_text())["finished"]
+
+
+def test_once_a_run_has_failed_no_further_run_starts(tmp_path) -> None:
+    # Both runs that fill the two slots fail, so whichever fails first, no slot frees up
+    # before a failure is known: the seed-1 runs must never start. (With one run failing
+    # beside a healthy one, the healthy one may finish first on a loaded machine and free
+    # its slot before the failure arrives, which rightly starts the next run.)
+    config = _tiny_compare(tmp_path / "r", jobs=2)
+    _damage(config, "chain", 0)
+    _damage(config, "patr", 0)
+    with pytest.raises(ValueError, match=r"run .*(chain|patr)_seed0: checkpoint .*cannot be read"):
+        run_compare(config)
+    runs = tmp_path / "r" / "runs"
     assert not (runs / "chain_seed1").exists() and not (runs / "patr_seed1").exists()
 
 
