@@ -30,7 +30,8 @@ tasks: the interval a single seed has), ``generated_per_leaf`` and ``computed_pe
 (tokens sampled, and tokens the backend computed -- prefill not served from its cache plus
 sampled -- per finished trajectory), ``wall_per_step_s``, ``rollout_per_step_s`` and
 ``update_per_step_s``, and how the leaves ended: ``ended_share`` (the environment ended the
-episode) and ``budget_cut_share`` (the token budget ran out first).
+episode: goal or hole, not its turn limit) and ``budget_cut_share`` (the token or leaf
+budget ran out first).
 
 A comparison that samples through the vLLM engine (``base.backend.name: vllm``, as
 ``configs/smollm2_compare.yaml``) runs in the engine's environment (``bench/vllm_env.py``),
@@ -62,8 +63,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 
 def per_leaf(report: Path, arm: str, seeds: list[int]) -> dict:
-    """Per-leaf tokens, per-step seconds and how the leaves ended (the shares the environment
-    ended, ``ended_share``, and the token budget cut, ``budget_cut_share``) of ``arm`` from
+    """Per-leaf tokens, per-step seconds and how the leaves ended (the shares whose episode
+    the environment ended, goal or hole but not its turn limit: ``ended_share``; and that the
+    token or leaf budget cut: ``budget_cut_share``) of ``arm`` from
     its runs' step records (mean over ``seeds``), and the first seed's final held-out
     success with its 95% Wilson interval."""
     rows = []

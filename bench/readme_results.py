@@ -398,7 +398,7 @@ separated intervals: {met_word(reached)}, {rr["rl_gain"] * 100:+.1f} points.)
 if "smollm2_compare" in R:
     sc = res("smollm2_compare")
     # how the leaves ended: figures from before bench/compare_strategies.py reported it lack it
-    share = lambda arm, key: f"{arm[key]:.2f}" if key in arm else "not measured"
+    share = lambda figures, key: f"{figures[key]:.2f}" if key in figures else "not measured"
     w("### Trees against chains on a real model: SmolLM2 from `smollm2-frozenlake` (issue #49)\n")
     rows = []
     for arm in ("chain", "tree_grpo"):
@@ -423,7 +423,7 @@ budget and sizes were chosen before any run (the config's header says why); one 
 
 {quote("smollm2_compare", ["token_budget", "steps", "tasks_per_step", "eval_tasks", "chain", "tree_grpo"])}
 
-| arm | held-out success | 95% interval | start | generated tokens | generated / leaf | computed / leaf | wall s / step (rollout + update) | groups with signal | leaves ended by the env | leaves cut by the budget |
+| arm | held-out success | 95% interval | start | generated tokens | generated / leaf | computed / leaf | wall s / step (rollout + update) | groups with signal | leaves whose episode ended (goal or hole) | leaves cut by the budget |
 |---|---|---|---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 

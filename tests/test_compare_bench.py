@@ -91,7 +91,7 @@ def test_per_leaf_divides_tokens_and_leaf_endings_by_leaves_and_skips_eval_and_c
     assert out["final_wilson95"] == [0.25, 0.1, 0.45]
 
 
-def test_a_vllm_comparison_run_arm_by_arm_refuses_more_seeds(tmp_path):
+def test_a_vllm_comparison_run_arm_by_arm_refuses_more_seeds():
     import compare_strategies
 
     config = load_config(str(ROOT / "configs" / "smollm2_compare.yaml"), CompareConfig)

@@ -63,7 +63,9 @@ def test_a_bench_reexecutes_in_the_engines_environment_with_its_configs_kv_cache
         monkeypatch: pytest.MonkeyPatch) -> None:
     """``vllm_env.reexec_for`` (what ``real_model.py --rl-only``, ``real_model_decode.py`` and
     ``compare_strategies.py`` call) re-executes exactly when the config samples with vllm,
-    with that config's KV cache size; the shipped recipe and comparison do."""
+    with that config's KV cache size unless one is set already; the shipped recipe and
+    comparison do. (Which block each script passes, ``config.backend`` or
+    ``config.base.backend``, fails loudly at run time if wrong.)"""
     import vllm_env
     from treeroll.cli.compare import CompareConfig
     from treeroll.config import TrainConfig, load_config, merged_config
@@ -71,7 +73,10 @@ def test_a_bench_reexecutes_in_the_engines_environment_with_its_configs_kv_cache
     reexecs: list[str | None] = []
     monkeypatch.setattr(vllm_env, "reexec_in_venv",
                         lambda: reexecs.append(os.environ.get("VLLM_CPU_KVCACHE_SPACE")))
-    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    # set, then removed: monkeypatch restores the variable's absence after the test (what
+    # reexec_for sets itself would otherwise leak into later tests)
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "unset")
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE")
     hf = merged_config(TrainConfig(), {"backend": {"name": "hf"}})
     assert vllm_env.reexec_for(hf.backend) is False and reexecs == []
     engine = merged_config(TrainConfig(), {"backend": {"name": "vllm",
@@ -83,8 +88,10 @@ def test_a_bench_reexecutes_in_the_engines_environment_with_its_configs_kv_cache
     assert vllm_env.reexec_for(recipe.backend) is True
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
     assert vllm_env.reexec_for(compare.base.backend) is True
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "7")  # a size set by the user wins
+    assert vllm_env.reexec_for(engine.backend) is True
     assert reexecs == ["3", str(recipe.backend.vllm.cpu_kvcache_gib),
-                       str(compare.base.backend.vllm.cpu_kvcache_gib)]
+                       str(compare.base.backend.vllm.cpu_kvcache_gib), "7"]
 
 
 class _Format:
