@@ -29,7 +29,9 @@ Each strategy also carries, from its runs' step records (mean over seeds): ``fin
 tasks: the interval a single seed has), ``generated_per_leaf`` and ``computed_per_leaf``
 (tokens sampled, and tokens the backend computed -- prefill not served from its cache plus
 sampled -- per finished trajectory), ``wall_per_step_s``, ``rollout_per_step_s`` and
-``update_per_step_s``.
+``update_per_step_s``, and how the leaves ended: ``ended_share`` (the environment ended the
+episode: goal or hole, not its turn limit) and ``budget_cut_share`` (the token or leaf
+budget ran out first).
 
 A comparison that samples through the vLLM engine (``base.backend.name: vllm``, as
 ``configs/smollm2_compare.yaml``) runs in the engine's environment (``bench/vllm_env.py``),
@@ -61,8 +63,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 
 def per_leaf(report: Path, arm: str, seeds: list[int]) -> dict:
-    """Per-leaf tokens and per-step seconds of ``arm`` from its runs' step records (mean over
-    ``seeds``), and the first seed's final held-out success with its 95% Wilson interval."""
+    """Per-leaf tokens, per-step seconds and how the leaves ended (the shares whose episode
+    the environment ended, goal or hole but not its turn limit: ``ended_share``; and that the
+    token or leaf budget cut: ``budget_cut_share``) of ``arm`` from
+    its runs' step records (mean over ``seeds``), and the first seed's final held-out
+    success with its 95% Wilson interval."""
     rows = []
     for seed in seeds:
         run = report / "runs" / f"{arm}_seed{seed}"
@@ -80,28 +85,15 @@ def per_leaf(report: Path, arm: str, seeds: list[int]) -> dict:
                      "wall_per_step_s": float(np.mean([r["rollout_seconds"] + r["update_seconds"]
                                                        for r in steps])),
                      "rollout_per_step_s": float(np.mean([r["rollout_seconds"] for r in steps])),
-                     "update_per_step_s": float(np.mean([r["update_seconds"] for r in steps]))})
+                     "update_per_step_s": float(np.mean([r["update_seconds"] for r in steps])),
+                     "ended_share": sum(r["status"].get("terminal", 0) for r in steps) / leaves,
+                     "budget_cut_share": sum(r["status"].get("budget", 0) for r in steps) / leaves})
     final = json.loads((report / "runs" / f"{arm}_seed{seeds[0]}" / "summary.json").read_text())
     final = final["final_eval"]
     out = {key: round(float(np.mean([row[key] for row in rows])), 2) for key in rows[0]}
     out["final_wilson95"] = [round(final["success_rate"], 4), round(final["ci95_low"], 3),
                              round(final["ci95_high"], 3)]
     return out
-
-
-def engine_environment(config: CompareConfig) -> bool:
-    """Where the comparison samples through the vLLM engine, run this script again in the
-    engine's environment (built once) unless it runs there already, and say so (True)."""
-    if config.base.backend.name != "vllm":
-        return False
-    import os
-
-    import vllm_env
-
-    # the engine's KV cache is the config's (vllm_env's environment would give 1 GiB)
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(config.base.backend.vllm.cpu_kvcache_gib))
-    vllm_env.reexec_in_venv()
-    return True
 
 
 def arms_apart(config: CompareConfig, config_path: str) -> None:
@@ -179,7 +171,9 @@ def main() -> None:
     args = parser.parse_args()
     config = load_config(args.config, CompareConfig)
     report = Path(config.report_dir)
-    engine = engine_environment(config)
+    import vllm_env
+
+    engine = vllm_env.reexec_for(config.base.backend)  # a vLLM comparison runs in its env
     if args.fresh:
         move_aside(report)
     if engine:

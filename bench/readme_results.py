@@ -397,6 +397,8 @@ separated intervals: {met_word(reached)}, {rr["rl_gain"] * 100:+.1f} points.)
 # ---------------------------------------------------------------- trees vs chains on SmolLM2 (#49)
 if "smollm2_compare" in R:
     sc = res("smollm2_compare")
+    # how the leaves ended: figures from before bench/compare_strategies.py reported it lack it
+    share = lambda figures, key: f"{figures[key]:.2f}" if key in figures else "not measured"
     w("### Trees against chains on a real model: SmolLM2 from `smollm2-frozenlake` (issue #49)\n")
     rows = []
     for arm in ("chain", "tree_grpo"):
@@ -405,7 +407,8 @@ if "smollm2_compare" in R:
         rows.append(f"| {arm} | {f3(success)} | {ci([low, high])} | {f3(a['start'])} | "
                     f"{a['generated_tokens']} | {a['generated_per_leaf']} | {a['computed_per_leaf']} | "
                     f"{a['wall_per_step_s']:.0f} ({a['rollout_per_step_s']:.0f} + {a['update_per_step_s']:.0f}) | "
-                    f"{a['signal_groups']:.2f} |")
+                    f"{a['signal_groups']:.2f} | {share(a, 'ended_share')} | "
+                    f"{share(a, 'budget_cut_share')} |")
     tree, chain = sc["tree_grpo"], sc["chain"]
     overlap = not (tree["final_wilson95"][1] > chain["final_wilson95"][2]
                    or chain["final_wilson95"][1] > tree["final_wilson95"][2])
@@ -420,8 +423,8 @@ budget and sizes were chosen before any run (the config's header says why); one 
 
 {quote("smollm2_compare", ["token_budget", "steps", "tasks_per_step", "eval_tasks", "chain", "tree_grpo"])}
 
-| arm | held-out success | 95% interval | start | generated tokens | generated / leaf | computed / leaf | wall s / step (rollout + update) | groups with signal |
-|---|---|---|---|---|---|---|---|---|
+| arm | held-out success | 95% interval | start | generated tokens | generated / leaf | computed / leaf | wall s / step (rollout + update) | groups with signal | leaves whose episode ended (goal or hole) | leaves cut by the budget |
+|---|---|---|---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 
 Per leaf the tree generated {tree["generated_per_leaf"] / chain["generated_per_leaf"]:.2f}x and computed

@@ -11,7 +11,8 @@ with the turn cap its policy folder brings (128 tokens). Everything runs on the 
   (task seeds drawn from seed 42, as every held-out figure);
 * ``decode_tokens_per_s`` -- sampled tokens per second of the rollouts the RL recipe runs:
   its backend (the vLLM engine), its policy and view, one step's first turn (8 tasks x 4
-  roots, 64 tokens each), against treeroll's HF backend on the same requests
+  roots, sampled as the engine samples a turn: the recipe's temperature and top-p, up to
+  its turn cap, stopping at the turn's end), against treeroll's HF backend on the same requests
   (``decode_hf_tokens_per_s``, ``decode_over_hf``; ``_batch1``: one request), measured by
   ``bench/real_model_decode.py`` in a process of its own;
 * ``update_tokens_per_s`` -- tokens per second of the trainer's packed RL update (forward +
@@ -343,14 +344,14 @@ def _figure(result: dict[str, Any]) -> dict[str, Any]:
             "format_ok": result.get("format_ok"), "tasks": result["tasks"]}
 
 
-def rl_run(args: argparse.Namespace) -> dict[str, Any]:
-    """``configs/smollm2_rl.yaml`` from its own start (the shipped ``smollm2-frozenlake``):
+def rl_run(rl_config: Any) -> dict[str, Any]:
+    """``rl_config`` (``configs/smollm2_rl.yaml`` as read, runs under ``--runs-dir``) from its
+    own start (the shipped ``smollm2-frozenlake``):
     held-out success before and after, the minutes (in all, and of the steps alone), and per
     step the rollout and update seconds, the tokens and the groups with a signal."""
     from treeroll.training.trainer import train
 
-    runs = str(Path(args.runs_dir))
-    rl_config = _rl_config(runs)
+    runs = rl_config.runs_dir
     start = time.perf_counter()
     rl, earlier = resumed(rl_config, train)
     rl_minutes = (time.perf_counter() - start) / 60
@@ -392,26 +393,6 @@ def _rl_config(runs: str) -> Any:
                                         "--runs-dir", runs], "", command="train")
 
 
-def _recipe_dtype() -> str:
-    """The compute dtype of the recipe's update (``optim.loss.compute_dtype``)."""
-    return str(_rl_config("reports").optim.loss.compute_dtype)
-
-
-def _engine_environment(runs: str) -> None:
-    """Where the recipe samples through the vLLM engine, run this script again inside the
-    engine's environment (``bench/vllm_env.py``, built once), with the KV cache the recipe
-    names; otherwise return."""
-    config = _rl_config(runs)
-    if config.backend.name != "vllm":
-        return
-    import os
-
-    import vllm_env
-
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(config.backend.vllm.cpu_kvcache_gib))
-    vllm_env.reexec_in_venv()
-
-
 def main() -> None:
     """Measure, print a table and the JSON line last."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -433,9 +414,12 @@ def main() -> None:
                              "start, with its held-out figures (figure real_model_rl)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    recipe = _rl_config(str(Path(args.runs_dir)))  # read once: its dtype, backend and runs
     if args.rl_only:
-        _engine_environment(args.runs_dir)
-        result = rl_run(args)
+        import vllm_env
+
+        vllm_env.reexec_for(recipe.backend)  # the engine's environment, where it names vllm
+        result = rl_run(recipe)
         result.update(policy="smollm2-frozenlake", threads=args.threads,
                       convention=CONVENTION_SAFE)
         print(json.dumps(result))
@@ -443,13 +427,14 @@ def main() -> None:
     if args.update_only:
         config = with_policy_defaults(TrainConfig(), NAME)
         train_seeds, _ = task_pools(config.env, config.eval)
-        result = update_rate(load_policy(NAME), train_seeds, _recipe_dtype())
+        result = update_rate(load_policy(NAME), train_seeds,
+                             str(recipe.optim.loss.compute_dtype))
         result.update(policy=NAME, threads=args.threads)
         print(json.dumps(result))
         return
     tasks = args.tasks
     begin = time.perf_counter()
-    if _rl_config("reports").backend.name == "vllm":
+    if recipe.backend.name == "vllm":
         # the decode child and the RL run in the engine's environment: built (or refused,
         # vllm_env.Unavailable) before any work
         import vllm_env
@@ -480,7 +465,7 @@ def main() -> None:
 
     result.update(_child(["--threads", str(args.threads)], ROOT / "bench" / "real_model_decode.py"))
     _say(f"decode: {result['decode_tokens_per_s']} tokens/s ({result['decode_backend']})")
-    result.update(update_rate(policy, train_seeds, _recipe_dtype()))
+    result.update(update_rate(policy, train_seeds, str(recipe.optim.loss.compute_dtype)))
     _say(f"update: {result['update_tokens_per_s']} tokens/s")
     result.update(cost(policy, held_out, args.cost_turns,
                        args.cost_tasks))

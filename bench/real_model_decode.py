@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -56,17 +55,6 @@ def recipe_config(overrides: list[str] | None = None) -> Any:
 
     return parse_settings(TrainConfig, ["--config", str(ROOT / RECIPE), *(overrides or [])],
                           "", command="train")
-
-
-def engine_environment(config: Any) -> None:
-    """Where the recipe samples through vLLM, run this script again inside the engine's
-    environment with the KV cache the recipe names (unless vLLM imports here already)."""
-    if config.backend.name != "vllm":
-        return
-    import vllm_env
-
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(config.backend.vllm.cpu_kvcache_gib))
-    vllm_env.reexec_in_venv()
 
 
 def first_turn(config: Any, policy: Any) -> list[Any]:
@@ -124,7 +112,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args, overrides = parser.parse_known_args()
     config = recipe_config(overrides)
-    engine_environment(config)
+    import vllm_env
+
+    vllm_env.reexec_for(config.backend)  # the engine's environment, where the recipe names vllm
     import torch
 
     from treeroll.backends import make_backend

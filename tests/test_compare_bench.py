@@ -4,7 +4,6 @@ its per-leaf figures; ``bench/ablations.py``'s variants."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -67,13 +66,16 @@ def test_reach_of_has_no_ratio_when_chains_final_is_not_above_its_start() -> Non
     assert out["ci95"] == [None, None]  # every resample: chain reaches its final at 0 tokens
 
 
-def test_per_leaf_divides_step_tokens_by_leaves_and_skips_eval_and_cut_lines(tmp_path):
+def test_per_leaf_divides_tokens_and_leaf_endings_by_leaves_and_skips_eval_and_cut_lines(
+        tmp_path):
     run = tmp_path / "runs" / "tree_grpo_seed0"
     run.mkdir(parents=True)
     steps = [{"step": 1, "leaves": 10, "tokens": {"generated": 1000, "computed": 3000},
-              "rollout_seconds": 100.0, "update_seconds": 50.0},
+              "rollout_seconds": 100.0, "update_seconds": 50.0,
+              "status": {"expanded": 4, "terminal": 6, "budget": 4}},
              {"step": 2, "leaves": 30, "tokens": {"generated": 1000, "computed": 5000},
-              "rollout_seconds": 60.0, "update_seconds": 30.0}]
+              "rollout_seconds": 60.0, "update_seconds": 30.0,
+              "status": {"expanded": 9, "terminal": 24, "truncated": 6}}]
     lines = [json.dumps(steps[0]), json.dumps({"eval": {"success_rate": 0.5}}),
              json.dumps(steps[1]), '{"step": 3, "lea']  # an evaluation line, a cut line
     (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
@@ -84,24 +86,15 @@ def test_per_leaf_divides_step_tokens_by_leaves_and_skips_eval_and_cut_lines(tmp
     assert out["computed_per_leaf"] == 200.0          # 8000 / 40
     assert out["wall_per_step_s"] == 120.0            # (150 + 90) / 2
     assert out["rollout_per_step_s"] == 80.0 and out["update_per_step_s"] == 40.0
+    assert out["ended_share"] == 0.75                 # (6 + 24) terminal / 40 leaves
+    assert out["budget_cut_share"] == 0.1             # 4 cut by the budget / 40
     assert out["final_wilson95"] == [0.25, 0.1, 0.45]
 
 
-def test_a_vllm_comparison_reexecutes_with_its_configs_kv_cache_and_refuses_more_seeds(
-        monkeypatch, tmp_path):
+def test_a_vllm_comparison_run_arm_by_arm_refuses_more_seeds():
     import compare_strategies
-    import vllm_env
 
-    reexecs: list[str | None] = []
-    monkeypatch.setattr(vllm_env, "reexec_in_venv",
-                        lambda: reexecs.append(os.environ.get("VLLM_CPU_KVCACHE_SPACE")))
-    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
     config = load_config(str(ROOT / "configs" / "smollm2_compare.yaml"), CompareConfig)
-    assert compare_strategies.engine_environment(config) is True
-    assert reexecs == [str(config.base.backend.vllm.cpu_kvcache_gib)] == ["4"]
-    hf = load_config(str(ROOT / "configs" / "compare_hard.yaml"), CompareConfig)
-    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
-    assert compare_strategies.engine_environment(hf) is False and len(reexecs) == 1
     more = replace(config, more_seeds=(1,), more_seeds_for=("chain",))
     with pytest.raises(ValueError, match="more_seeds"):
         compare_strategies.arms_apart(more, "configs/smollm2_compare.yaml")

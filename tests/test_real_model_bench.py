@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
 
 
 @dataclass
@@ -58,27 +59,39 @@ def test_a_long_figures_run_resumes_on_its_commit_is_read_back_and_starts_over_o
     assert calls[-1] is False  # uncommitted code never continues anything
 
 
-def test_rl_only_runs_in_the_engines_environment_only_when_the_recipe_samples_with_vllm(
+def test_a_bench_reexecutes_in_the_engines_environment_with_its_configs_kv_cache_only_for_vllm(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """``--rl-only`` re-executes itself in ``bench/vllm_env.py``'s environment, with the
-    recipe's KV cache size, exactly when ``configs/smollm2_rl.yaml`` (as read) names vllm."""
-    import real_model
+    """``vllm_env.reexec_for`` (what ``real_model.py --rl-only``, ``real_model_decode.py`` and
+    ``compare_strategies.py`` call) re-executes exactly when the config samples with vllm,
+    with that config's KV cache size unless one is set already; the shipped recipe and
+    comparison do. (Which block each script passes, ``config.backend`` or
+    ``config.base.backend``, fails loudly at run time if wrong.)"""
     import vllm_env
-    from treeroll.config import TrainConfig, merged_config
+    from treeroll.cli.compare import CompareConfig
+    from treeroll.config import TrainConfig, load_config, merged_config
 
     reexecs: list[str | None] = []
     monkeypatch.setattr(vllm_env, "reexec_in_venv",
                         lambda: reexecs.append(os.environ.get("VLLM_CPU_KVCACHE_SPACE")))
-    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    # set, then removed: monkeypatch restores the variable's absence after the test (what
+    # reexec_for sets itself would otherwise leak into later tests)
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "unset")
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE")
     hf = merged_config(TrainConfig(), {"backend": {"name": "hf"}})
-    monkeypatch.setattr(real_model, "_rl_config", lambda runs: hf)
-    real_model._engine_environment("runs")
-    assert reexecs == []
+    assert vllm_env.reexec_for(hf.backend) is False and reexecs == []
     engine = merged_config(TrainConfig(), {"backend": {"name": "vllm",
                                                        "vllm": {"cpu_kvcache_gib": 3}}})
-    monkeypatch.setattr(real_model, "_rl_config", lambda runs: engine)
-    real_model._engine_environment("runs")
-    assert reexecs == ["3"]
+    assert vllm_env.reexec_for(engine.backend) is True and reexecs == ["3"]
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    recipe = load_config(str(ROOT / "configs" / "smollm2_rl.yaml"))
+    compare = load_config(str(ROOT / "configs" / "smollm2_compare.yaml"), CompareConfig)
+    assert vllm_env.reexec_for(recipe.backend) is True
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    assert vllm_env.reexec_for(compare.base.backend) is True
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "7")  # a size set by the user wins
+    assert vllm_env.reexec_for(engine.backend) is True
+    assert reexecs == ["3", str(recipe.backend.vllm.cpu_kvcache_gib),
+                       str(compare.base.backend.vllm.cpu_kvcache_gib), "7"]
 
 
 class _Format:
